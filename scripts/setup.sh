@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 machine: system packages, a virtual
+# environment in .venv and the pinned Python dependencies. Sourced by the other
+# scripts; safe to run again (it skips what is already in place).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+debs=(flatbuffers-compiler gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)
+missing=()
+for pkg in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+venv="$root/.venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+stamp="$venv/.kiln-requirements"
+want="$(cat "$root/requirements.txt" "$root/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r "$root/requirements.txt"
+  "$venv/bin/python" -m pip install -q --no-deps -e "$root"
+  echo "$want" > "$stamp"
+fi
+export PATH="$venv/bin:$PATH"

@@ -1,0 +1,42 @@
+"""Frontends: a model source (model.py, .pt2, .onnx) into a source-level Kiln graph.
+
+Every frontend returns an `Imported`: the graph (ONNX-named source ops, NCHW as
+the source has it) and, when the source provides it (`calibration_data()` in a
+model.py), calibration samples per graph input, each shaped (N, *input_shape).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import KilnError
+from toolchain.ir.graph import Graph
+
+
+@dataclass
+class Imported:
+    graph: Graph
+    calibration: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def import_model(source: Path, name: str, inputs: dict[str, Any]) -> Imported:
+    """Import `source` as graph `name`; `inputs` is the model.toml `inputs` table (name -> {shape, dtype})."""
+    suffix = source.suffix.lower()
+    if not source.exists():
+        raise KilnError(f"{source}: no such model source")
+    if suffix == ".py":
+        from toolchain.frontends.torch_module import import_module_file
+
+        return import_module_file(source, name, inputs)
+    if suffix == ".pt2":
+        from toolchain.frontends.torch_pt2 import import_pt2
+
+        return import_pt2(source, name, inputs)
+    if suffix == ".onnx":
+        from toolchain.frontends.onnx import import_onnx
+
+        return import_onnx(source, name, inputs)
+    raise KilnError(f"{source}: unknown model source type {suffix!r} (expected .py, .pt2 or .onnx)")

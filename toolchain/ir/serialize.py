@@ -1,0 +1,266 @@
+"""`.kir` files: the IR as a size-prefixed FlatBuffer (schema `kir.fbs`).
+
+Output is canonical: tensors and attributes are written sorted by name, so the
+same graph always gives the same bytes. Loading checks the size prefix (a
+truncated file), the file identifier (a foreign file) and the schema version.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+import flatbuffers
+import numpy as np
+
+from toolchain.errors import KilnError
+from toolchain.ir.fb import Attr as FbAttr
+from toolchain.ir.fb import Graph as FbGraph
+from toolchain.ir.fb import Node as FbNode
+from toolchain.ir.fb import QuantParams as FbQuant
+from toolchain.ir.fb import Tensor as FbTensor
+from toolchain.ir.fb.AttrKind import AttrKind
+from toolchain.ir.fb.DType import DType
+from toolchain.ir.graph import DTYPES, AttrValue, Graph, Node, QuantParams, Tensor
+
+FILE_IDENTIFIER = b"KIR1"
+SCHEMA_VERSION = 1
+
+_DTYPE_CODES = {name: getattr(DType, name) for name in DTYPES}
+_DTYPE_NAMES = {code: name for name, code in _DTYPE_CODES.items()}
+
+
+def dumps(graph: Graph) -> bytes:
+    b = flatbuffers.Builder(1024)
+    tensors = [_tensor(b, graph.tensors[k]) for k in sorted(graph.tensors)]
+    nodes = [_node(b, n) for n in graph.nodes]
+    name = b.CreateString(graph.name)
+    inputs = _strings(b, graph.inputs)
+    outputs = _strings(b, graph.outputs)
+    meta = _attrs(b, graph.meta)
+    tensors_vec = _table_vector(b, tensors)
+    nodes_vec = _table_vector(b, nodes)
+    FbGraph.Start(b)
+    FbGraph.AddSchemaVersion(b, SCHEMA_VERSION)
+    FbGraph.AddName(b, name)
+    FbGraph.AddTensors(b, tensors_vec)
+    FbGraph.AddNodes(b, nodes_vec)
+    FbGraph.AddInputs(b, inputs)
+    FbGraph.AddOutputs(b, outputs)
+    FbGraph.AddMeta(b, meta)
+    b.FinishSizePrefixed(FbGraph.End(b), FILE_IDENTIFIER)
+    return bytes(b.Output())
+
+
+def loads(buf: bytes, path: str = "<bytes>") -> Graph:
+    if len(buf) < 12:
+        raise KilnError(f"{path}: not a .kir file (too short: {len(buf)} bytes)")
+    (size,) = struct.unpack_from("<I", buf, 0)
+    if buf[8:12] != FILE_IDENTIFIER:
+        raise KilnError(f"{path}: not a .kir file (file identifier {bytes(buf[8:12])!r}, expected {FILE_IDENTIFIER!r})")
+    if size != len(buf) - 4:
+        raise KilnError(f"{path}: truncated or padded .kir file ({len(buf) - 4} bytes after the size prefix, expected {size})")
+    try:
+        root = FbGraph.Graph.GetRootAs(buf, 4)
+        version = root.SchemaVersion()
+        if version != SCHEMA_VERSION:
+            raise KilnError(f"{path}: .kir schema version {version}, this Kiln reads version {SCHEMA_VERSION}")
+        return _graph(root)
+    except KilnError:
+        raise
+    except Exception as exc:  # a corrupt buffer surfaces as any decoding error
+        raise KilnError(f"{path}: corrupt .kir file ({type(exc).__name__}: {exc})") from None
+
+
+def save(graph: Graph, path: str | os.PathLike) -> None:
+    write_atomic(path, dumps(graph))
+
+
+def load(path: str | os.PathLike) -> Graph:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise KilnError(f"{path}: cannot read ({exc.strerror})") from None
+    return loads(data, str(path))
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write via a temp file in the same folder and rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# -- writing ---------------------------------------------------------------
+def _strings(b: flatbuffers.Builder, items: list[str]) -> int:
+    return _table_vector(b, [b.CreateString(s) for s in items])
+
+
+def _table_vector(b: flatbuffers.Builder, offsets: list[int]) -> int:
+    b.StartVector(4, len(offsets), 4)
+    for off in reversed(offsets):
+        b.PrependUOffsetTRelative(off)
+    return b.EndVector()
+
+
+def _attrs(b: flatbuffers.Builder, attrs: dict[str, AttrValue]) -> int:
+    return _table_vector(b, [_attr(b, k, attrs[k]) for k in sorted(attrs)])
+
+
+def _attr(b: flatbuffers.Builder, name: str, value: AttrValue) -> int:
+    name_off = b.CreateString(name)
+    payload = None
+    if isinstance(value, (bool, int, np.integer)):
+        kind = AttrKind.int
+    elif isinstance(value, (float, np.floating)):
+        kind = AttrKind.float
+    elif isinstance(value, str):
+        kind, payload = AttrKind.string, b.CreateString(value)
+    elif isinstance(value, (list, tuple)):
+        if all(isinstance(v, str) for v in value) and value:
+            kind, payload = AttrKind.strings, _strings(b, list(value))
+        elif all(isinstance(v, (bool, int, np.integer)) for v in value):
+            kind, payload = AttrKind.ints, b.CreateNumpyVector(np.asarray(value, dtype="<i8"))
+        else:
+            kind, payload = AttrKind.floats, b.CreateNumpyVector(np.asarray(value, dtype="<f8"))
+    else:
+        raise TypeError(f"attribute {name!r}: unsupported value {value!r}")
+    FbAttr.Start(b)
+    FbAttr.AddName(b, name_off)
+    FbAttr.AddKind(b, kind)
+    if kind == AttrKind.int:
+        FbAttr.AddI(b, int(value))
+    elif kind == AttrKind.float:
+        FbAttr.AddF(b, float(value))
+    elif kind == AttrKind.string:
+        FbAttr.AddS(b, payload)
+    elif kind == AttrKind.ints:
+        FbAttr.AddInts(b, payload)
+    elif kind == AttrKind.floats:
+        FbAttr.AddFloats(b, payload)
+    else:
+        FbAttr.AddStrings(b, payload)
+    return FbAttr.End(b)
+
+
+def _tensor(b: flatbuffers.Builder, t: Tensor) -> int:
+    name = b.CreateString(t.name)
+    shape = b.CreateNumpyVector(np.asarray(t.shape, dtype="<i8"))
+    layout = b.CreateString(t.layout)
+    quant = None
+    if t.quant is not None:
+        scale = b.CreateNumpyVector(np.asarray(t.quant.scale, dtype="<f4"))
+        zp = b.CreateNumpyVector(np.asarray(t.quant.zero_point, dtype="<i4"))
+        FbQuant.Start(b)
+        FbQuant.AddScale(b, scale)
+        FbQuant.AddZeroPoint(b, zp)
+        FbQuant.AddAxis(b, -1 if t.quant.axis is None else t.quant.axis)
+        quant = FbQuant.End(b)
+    data = None
+    if t.data is not None:
+        raw = np.ascontiguousarray(t.data, dtype=DTYPES[t.dtype].newbyteorder("<")).view(np.uint8).ravel()
+        data = b.CreateNumpyVector(raw)
+    attrs = _attrs(b, t.attrs)
+    FbTensor.Start(b)
+    FbTensor.AddName(b, name)
+    FbTensor.AddShape(b, shape)
+    FbTensor.AddDtype(b, _DTYPE_CODES[t.dtype])
+    FbTensor.AddLayout(b, layout)
+    if quant is not None:
+        FbTensor.AddQuant(b, quant)
+    if data is not None:
+        FbTensor.AddData(b, data)
+    FbTensor.AddAttrs(b, attrs)
+    return FbTensor.End(b)
+
+
+def _node(b: flatbuffers.Builder, n: Node) -> int:
+    name = b.CreateString(n.name)
+    op = b.CreateString(n.op)
+    inputs = _strings(b, n.inputs)
+    outputs = _strings(b, n.outputs)
+    attrs = _attrs(b, n.attrs)
+    source = b.CreateString(n.source)
+    FbNode.Start(b)
+    FbNode.AddName(b, name)
+    FbNode.AddOp(b, op)
+    FbNode.AddInputs(b, inputs)
+    FbNode.AddOutputs(b, outputs)
+    FbNode.AddAttrs(b, attrs)
+    FbNode.AddSource(b, source)
+    return FbNode.End(b)
+
+
+# -- reading ---------------------------------------------------------------
+def _str(raw: bytes | None) -> str:
+    return "" if raw is None else raw.decode("utf-8")
+
+
+def _read_attrs(count: int, get) -> dict[str, AttrValue]:
+    out: dict[str, AttrValue] = {}
+    for i in range(count):
+        a = get(i)
+        kind = a.Kind()
+        if kind == AttrKind.int:
+            value: AttrValue = int(a.I())
+        elif kind == AttrKind.float:
+            value = float(a.F())
+        elif kind == AttrKind.string:
+            value = _str(a.S())
+        elif kind == AttrKind.ints:
+            value = [int(v) for v in a.IntsAsNumpy()] if a.IntsLength() else []
+        elif kind == AttrKind.floats:
+            value = [float(v) for v in a.FloatsAsNumpy()] if a.FloatsLength() else []
+        elif kind == AttrKind.strings:
+            value = [_str(a.Strings(j)) for j in range(a.StringsLength())]
+        else:
+            raise ValueError(f"unknown attribute kind {kind}")
+        out[_str(a.Name())] = value
+    return out
+
+
+def _graph(root: FbGraph.Graph) -> Graph:
+    g = Graph(name=_str(root.Name()))
+    for i in range(root.TensorsLength()):
+        t = root.Tensors(i)
+        dtype = _DTYPE_NAMES[t.Dtype()]
+        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        quant = None
+        q = t.Quant()
+        if q is not None:
+            scale = tuple(float(s) for s in q.ScaleAsNumpy()) if q.ScaleLength() else ()
+            zp = tuple(int(z) for z in q.ZeroPointAsNumpy()) if q.ZeroPointLength() else ()
+            quant = QuantParams(scale, zp, None if q.Axis() < 0 else q.Axis())
+        data = None
+        if not t.DataIsNone():
+            raw = t.DataAsNumpy() if t.DataLength() else np.zeros(0, np.uint8)
+            data = np.frombuffer(raw.tobytes(), dtype=DTYPES[dtype].newbyteorder("<")).astype(DTYPES[dtype])
+            data = data.reshape(shape)
+        name = _str(t.Name())
+        g.tensors[name] = Tensor(name, shape, dtype, _str(t.Layout()), quant, data, _read_attrs(t.AttrsLength(), t.Attrs))
+    for i in range(root.NodesLength()):
+        n = root.Nodes(i)
+        g.nodes.append(
+            Node(
+                name=_str(n.Name()),
+                op=_str(n.Op()),
+                inputs=[_str(n.Inputs(j)) for j in range(n.InputsLength())],
+                outputs=[_str(n.Outputs(j)) for j in range(n.OutputsLength())],
+                attrs=_read_attrs(n.AttrsLength(), n.Attrs),
+                source=_str(n.Source()),
+            )
+        )
+    g.inputs = [_str(root.Inputs(i)) for i in range(root.InputsLength())]
+    g.outputs = [_str(root.Outputs(i)) for i in range(root.OutputsLength())]
+    g.meta = _read_attrs(root.MetaLength(), root.Meta)
+    return g
+
