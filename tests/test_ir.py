@@ -1,0 +1,115 @@
+"""The IR's .kir files and verifier: round trips, canonical bytes, and the errors users see."""
+import numpy as np
+import pytest
+
+from toolchain.errors import KilnError
+from toolchain.ir import Graph, Node, QuantParams, Tensor, dumps, loads
+from toolchain.ir.serialize import FILE_IDENTIFIER, SCHEMA_VERSION
+from toolchain.ir.verify import VerifyError, verify
+
+
+def small_graph() -> Graph:
+    g = Graph("small")
+    g.add_tensor(Tensor("x", (1, 4, 4, 3), "int8", "NHWC", QuantParams((0.5,), (-3,))))
+    w = np.arange(2 * 3 * 3 * 3, dtype=np.int8).reshape(2, 3, 3, 3)
+    g.add_tensor(Tensor("w", w.shape, "int8", "OHWI", QuantParams((0.01, 0.02), (0, 0), 0), w))
+    g.add_tensor(Tensor("b", (2,), "int32", quant=QuantParams((0.005, 0.01), (0, 0), 0), data=np.array([7, -9], np.int32)))
+    g.add_tensor(Tensor("y", (1, 2, 2, 2), "int8", "NHWC", QuantParams((0.25,), (5,))))
+    g.nodes.append(Node("conv", "conv2d", ["x", "w", "b"], ["y"],
+                        {"strides": [1, 1], "pads": [0, 0, 0, 0], "act_min": 0.0, "act_max": float("inf"), "note": "é */"},
+                        source="model.py: y = self.conv(x)"))
+    g.inputs, g.outputs = ["x"], ["y"]
+    g.meta["origin"] = "test"
+    return g
+
+
+def test_round_trip_keeps_everything():
+    g = small_graph()
+    back = loads(dumps(g))
+    assert back.name == g.name and back.inputs == g.inputs and back.outputs == g.outputs and back.meta == g.meta
+    assert back.nodes == g.nodes
+    for name, t in g.tensors.items():
+        u = back.tensors[name]
+        assert (u.shape, u.dtype, u.layout, u.quant) == (t.shape, t.dtype, t.layout, t.quant)
+        assert (u.data is None) == (t.data is None)
+        if t.data is not None:
+            assert u.data.dtype == t.data.dtype and np.array_equal(u.data, t.data)
+
+
+def test_bytes_are_canonical():
+    g = small_graph()
+    shuffled = small_graph()
+    shuffled.tensors = dict(reversed(list(shuffled.tensors.items())))
+    shuffled.nodes[0].attrs = dict(reversed(list(shuffled.nodes[0].attrs.items())))
+    assert dumps(g) == dumps(shuffled) == dumps(loads(dumps(g)))
+
+
+def test_file_identifier_and_version_are_written():
+    buf = dumps(small_graph())
+    assert buf[8:12] == FILE_IDENTIFIER
+    assert loads(buf) is not None and SCHEMA_VERSION == 1
+
+
+@pytest.mark.parametrize("cut", [1, 20, 100])
+def test_truncated_file_is_a_clear_error(cut):
+    buf = dumps(small_graph())
+    with pytest.raises(KilnError, match="truncated"):
+        loads(buf[:-cut], "x.kir")
+
+
+def test_foreign_file_is_a_clear_error():
+    with pytest.raises(KilnError, match="not a .kir file"):
+        loads(b"\x1c\x00\x00\x00\x00\x00\x00\x00TFL3" + b"\x00" * 20, "model.tflite")
+    with pytest.raises(KilnError, match="too short"):
+        loads(b"KIR", "tiny.kir")
+
+
+def test_wrong_schema_version_is_refused():
+    import flatbuffers
+
+    from toolchain.ir.fb import Graph as FbGraph
+
+    b = flatbuffers.Builder(64)
+    FbGraph.Start(b)
+    FbGraph.AddSchemaVersion(b, SCHEMA_VERSION + 1)
+    b.FinishSizePrefixed(FbGraph.End(b), FILE_IDENTIFIER)
+    with pytest.raises(KilnError, match="schema version"):
+        loads(bytes(b.Output()), "future.kir")
+
+
+def test_copy_never_shares_mutable_structure():
+    g = small_graph()
+    c = g.copy()
+    c.nodes[0].attrs["strides"].append(9)
+    c.nodes[0].inputs[0] = "z"
+    c.tensors["x"].attrs["offset"] = 4
+    assert g.nodes[0].attrs["strides"] == [1, 1] and g.nodes[0].inputs[0] == "x" and "offset" not in g.tensors["x"].attrs
+    with pytest.raises(ValueError):
+        c.tensors["w"].data[0, 0, 0, 0] = 1  # constants are read-only
+
+
+def test_verifier_accepts_valid_graph():
+    verify(small_graph())
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda g: g.tensors["y"].__setattr__("shape", (1, 3, 3, 2)), "op gives"),
+        (lambda g: g.tensors["x"].__setattr__("quant", None), "int8 without quantization"),
+        (lambda g: g.nodes.__setitem__(0, g.nodes[0].copy(inputs=["q", "w", "b"])), "used before it is defined"),
+        (lambda g: g.nodes.__setitem__(0, g.nodes[0].copy(op="frobnicate")), "op not allowed"),
+        (lambda g: g.tensors["w"].__setattr__("quant", QuantParams((0.1,), (0,), 0)), "scales"),
+        (lambda g: g.outputs.append("nowhere"), "never defined"),
+    ],
+)
+def test_verifier_names_the_broken_invariant(breakage, message):
+    g = small_graph()
+    breakage(g)
+    with pytest.raises(VerifyError, match=message):
+        verify(g)
+
+
+def test_verifier_checks_levels():
+    with pytest.raises(VerifyError, match="not allowed"):
+        verify(small_graph(), levels=("source",))

@@ -1,0 +1,139 @@
+"""The `kiln` command line. Every user error is one line on stderr and a non-zero exit."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolchain import __version__, config as model_config
+from toolchain.errors import KilnError
+from toolchain.stages import STAGES, run_stage
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except KilnError as exc:
+        print(f"kiln: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kiln", description="Compile neural-network models into int8 C code.")
+    p.add_argument("--version", action="version", version=f"kiln {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("stage", help="run one stage on a model's build folder (what SCons runs)")
+    s.add_argument("name", choices=[st.name for st in STAGES])
+    s.add_argument("--model-dir", type=Path, required=True, help="the model folder holding model.toml")
+    s.add_argument("--build-dir", type=Path, required=True, help="the model's build folder")
+    s.set_defaults(func=_cmd_stage)
+
+    c = sub.add_parser("compile", help="run every stage on a model source, without SCons")
+    c.add_argument("source", type=Path, help="a model folder, model.py, .pt2 or .onnx file")
+    c.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
+    c.add_argument("--calibration", type=Path, action="append", help="calibration samples (.npy/.npz), N samples on a leading axis")
+    c.add_argument("-o", "--output", type=Path, required=True, help="output folder")
+    c.set_defaults(func=_cmd_compile)
+
+    i = sub.add_parser("inspect", help="show a .kir file: tensors, ops, shapes, quantization, arena offsets")
+    i.add_argument("file", type=Path)
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=_cmd_inspect)
+
+    r = sub.add_parser("run", help="compile a `kiln compile` output folder for the host and run it")
+    r.add_argument("outdir", type=Path)
+    r.add_argument("--input", type=Path, required=True, help=".npy (one input) or .npz (by input name): one sample or N stacked")
+    r.add_argument("--output", type=Path, required=True, help=".npy (one output) or .npz")
+    r.add_argument("--raw", action="store_true", help="read and write the int8 tensors instead of float")
+    r.set_defaults(func=_cmd_run)
+
+    k = sub.add_parser("check", help="run every built model's host program against the reference executor")
+    k.add_argument("build_root", type=Path, nargs="?", default=Path("build/host"))
+    k.set_defaults(func=_cmd_check)
+    return p
+
+
+# -- commands --------------------------------------------------------------
+def _cmd_stage(args: argparse.Namespace) -> int:
+    model_dir = args.model_dir
+    cfg = model_config.load(model_dir / "model.toml")
+    run_stage(args.name, args.build_dir.name, model_dir, cfg, args.build_dir)
+    return 0
+
+
+def resolve_source(source: Path, config_path: Path | None) -> tuple[str, Path, dict[str, Any]]:
+    """Model name, model folder and validated config for a `kiln compile` source."""
+    if source.is_dir():
+        model_dir, name = source, source.resolve().name
+        config_path = config_path or model_dir / "model.toml"
+        cfg = model_config.load(config_path)
+        return name, model_dir, cfg
+    if not source.exists():
+        raise KilnError(f"{source}: no such file or folder")
+    model_dir = source.parent
+    name = model_dir.resolve().name if source.suffix == ".py" else source.stem
+    if config_path is None and (model_dir / "model.toml").exists():
+        config_path = model_dir / "model.toml"
+    cfg = model_config.load(config_path) if config_path else model_config.validate({}, str(source))
+    cfg["model"]["source"] = source.name
+    return name, model_dir, cfg
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    name, model_dir, cfg = resolve_source(args.source, args.config)
+    if args.calibration:
+        cfg["quant"]["calibration"] = [str(p.resolve()) for p in args.calibration]
+    args.output.mkdir(parents=True, exist_ok=True)
+    for st in STAGES:
+        run_stage(st.name, name, model_dir, cfg, args.output)
+    print(f"kiln: compiled {name} into {args.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from toolchain.inspect import describe, render
+
+    from toolchain.ir import load
+
+    info = describe(load(args.file))
+    print(json.dumps(info, indent=1, sort_keys=True) if args.json else render(info))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from toolchain import host
+    from toolchain.ir import load
+    from toolchain.runio import dequantize_outputs, quantize_inputs, read_samples, write_samples
+
+    planned = args.outdir / "planned.kir"
+    graph = load(planned)
+    source = args.outdir / f"{graph.name}.c"
+    if not source.exists():
+        raise KilnError(f"{args.outdir}: no generated C source {source.name} (run `kiln compile` first)")
+    exe = host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], args.outdir / "host_model")
+    samples, stacked = read_samples(args.input, graph)
+    raw = samples if args.raw else quantize_inputs(graph, samples)
+    outs = host.run_executable(exe, graph, raw)
+    write_samples(args.output, graph, outs if args.raw else dequantize_outputs(graph, outs), stacked)
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from toolchain.check import check_all, render
+
+    rows = check_all(args.build_root)
+    print(render(rows))
+    return 0 if all(r["bit_exact"] == r["samples"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,9 @@
+"""model.toml `[normalize]` keys, read by the normalize stage."""
+from toolchain.config import Key, one_of
+
+CONFIG = {
+    "disable": Key("disable", list, [], "Names of normalization passes to turn off."),
+    "input_layout": Key("input_layout", str, "source",
+                        "Layout of the compiled model's inputs and outputs: 'source' keeps the source's (NCHW for PyTorch/ONNX), 'NHWC' takes NHWC directly.",
+                        one_of("source", "NHWC")),
+}

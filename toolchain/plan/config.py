@@ -1,0 +1,17 @@
+"""model.toml `[plan]` keys, read by the plan stage."""
+from toolchain.config import Key
+
+
+def _power_of_two(v: int) -> str | None:
+    return None if v > 0 and v & (v - 1) == 0 else f"{v} is not a positive power of two"
+
+
+def _non_negative(v: int) -> str | None:
+    return None if v >= 0 else f"{v} is negative"
+
+
+CONFIG = {
+    "alignment": Key("alignment", int, 16, "Alignment in bytes of every arena buffer (and of the arena itself).", _power_of_two),
+    "budget": Key("budget", int, 0, "SRAM budget for the arena in bytes; 0 means none. A plan over budget fails naming the peak step and its live tensors.", _non_negative),
+    "io_in_arena": Key("io_in_arena", bool, False, "Place model inputs and outputs inside the arena instead of caller buffers."),
+}

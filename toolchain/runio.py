@@ -1,0 +1,88 @@
+"""Float/int8 sample files for `kiln run`: .npy for one tensor, .npz by name; one sample or N stacked."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from toolchain.errors import KilnError
+from toolchain.ir.graph import Graph
+from toolchain.ir.serialize import write_atomic
+
+
+def read_samples(path: Path, graph: Graph) -> tuple[list[list[np.ndarray]], bool]:
+    """Samples as one list of input arrays each, and whether the file stacked them on a leading axis."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise KilnError(f"{path}: cannot read samples ({exc})") from None
+    if isinstance(loaded, np.ndarray):
+        if len(graph.inputs) != 1:
+            raise KilnError(f"{path}: the model has {len(graph.inputs)} inputs; give an .npz with one array per input name")
+        arrays = {graph.inputs[0]: loaded}
+    else:
+        missing = [n for n in graph.inputs if n not in loaded.files]
+        if missing:
+            raise KilnError(f"{path}: no array for input(s) {', '.join(missing)} (has {', '.join(loaded.files)})")
+        arrays = {n: loaded[n] for n in graph.inputs}
+    stacked = None
+    per_input = []
+    for name in graph.inputs:
+        a, shape = arrays[name], graph.tensors[name].shape
+        if a.shape == shape:
+            is_stacked = False
+            a = a[None]
+        elif a.shape[1:] == shape:
+            is_stacked = True
+        else:
+            raise KilnError(f"{path}: input {name!r} has shape {a.shape}; expected {shape} or (N, *{shape})")
+        if stacked is not None and stacked != is_stacked:
+            raise KilnError(f"{path}: inputs mix single and stacked samples")
+        stacked = is_stacked
+        per_input.append(a)
+    counts = {len(a) for a in per_input}
+    if len(counts) != 1:
+        raise KilnError(f"{path}: inputs hold different numbers of samples: {sorted(counts)}")
+    return [[a[i] for a in per_input] for i in range(counts.pop())], bool(stacked)
+
+
+def quantize_inputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """Float samples into the int8 inputs the model takes (TFLite rounding: half away from zero)."""
+    out = []
+    for sample in samples:
+        row = []
+        for name, a in zip(graph.inputs, sample):
+            t = graph.tensors[name]
+            if t.dtype == "float32":
+                row.append(np.asarray(a, np.float32))
+                continue
+            scaled = np.asarray(a, np.float64) / t.quant.scale[0]
+            q = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5) + t.quant.zero_point[0]
+            row.append(np.clip(q, -128, 127).astype(np.int8))
+        out.append(row)
+    return out
+
+
+def dequantize_outputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    out = []
+    for sample in samples:
+        row = []
+        for name, a in zip(graph.outputs, sample):
+            q = graph.tensors[name].quant
+            row.append(np.asarray(a, np.float32) if q is None else ((a.astype(np.float64) - q.zero_point[0]) * q.scale[0]).astype(np.float32))
+        out.append(row)
+    return out
+
+
+def write_samples(path: Path, graph: Graph, samples: list[list[np.ndarray]], stacked: bool) -> None:
+    per_output = [np.stack([s[i] for s in samples]) if stacked else samples[0][i] for i in range(len(graph.outputs))]
+    import io
+
+    buf = io.BytesIO()
+    if path.suffix == ".npz":
+        np.savez(buf, **dict(zip(graph.outputs, per_output)))
+    elif len(per_output) == 1:
+        np.save(buf, per_output[0])
+    else:
+        raise KilnError(f"{path}: the model has {len(per_output)} outputs; write an .npz")
+    write_atomic(path, buf.getvalue())
