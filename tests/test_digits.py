@@ -1,0 +1,94 @@
+"""The digits CNN, a real-data model: float accuracy, int8 reference accuracy, reproducible training.
+
+`digits_pipeline()` and `int8_predictions()` are meant for reuse by other
+tests (for instance the generated-C accuracy check).
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import torch
+
+from toolchain.frontends import import_model
+from toolchain.ir.graph import Graph
+from toolchain.ir.verify import verify
+from toolchain.passes import normalize
+from toolchain.passes.config import CONFIG as NORMALIZE_CONFIG
+from toolchain.quantize import quantize
+from toolchain.quantize.config import CONFIG as QUANT_CONFIG
+from toolchain.quantize.report import report, run_quantized
+
+MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "digits_cnn"
+
+
+@functools.cache
+def digits_module() -> ModuleType:
+    """models/digits_cnn/model.py, loaded by path."""
+    spec = importlib.util.spec_from_file_location("digits_cnn_model", MODEL_DIR / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def digits_pipeline() -> tuple[Graph, Graph]:
+    """(normalized float graph, int8 graph) of digits_cnn with default settings, via import, normalize and quantize."""
+    imported = import_model(MODEL_DIR / "model.py", "digits_cnn", {})
+    normalized = normalize(imported.graph, {k: v.default for k, v in NORMALIZE_CONFIG.items()})
+    quantized = quantize(normalized, {k: v.default for k, v in QUANT_CONFIG.items()}, imported.calibration)
+    return normalized, quantized
+
+
+def int8_predictions(quantized: Graph, images: np.ndarray) -> np.ndarray:
+    """Top-1 class of every image (N, *input_shape) by the integer reference executor."""
+    name = quantized.inputs[0]
+    return np.array([int(np.argmax(run_quantized(quantized, {name: img})[quantized.outputs[0]])) for img in images])
+
+
+def float_predictions(images: np.ndarray) -> np.ndarray:
+    """Top-1 class of every image by the PyTorch model."""
+    with torch.no_grad():
+        return digits_module().model()(torch.from_numpy(images.reshape(-1, 1, 8, 8))).argmax(dim=1).numpy()
+
+
+def test_split_is_fixed_and_disjoint():
+    m = digits_module()
+    calib, (test_x, test_y) = m.calibration_data(), m.test_data()
+    assert calib.shape == (1437, 1, 1, 8, 8) and test_x.shape == (360, 1, 1, 8, 8) and test_y.shape == (360,)
+    assert np.bincount(test_y).min() >= 35  # stratified: every digit is tested
+    train_rows = {row.tobytes() for row in calib.reshape(len(calib), -1)}
+    assert not any(row.tobytes() in train_rows for row in test_x.reshape(len(test_x), -1))
+
+
+def test_float_accuracy():
+    test_x, test_y = digits_module().test_data()
+    assert np.mean(float_predictions(test_x) == test_y) >= 0.97
+
+
+def test_int8_reference_accuracy_within_one_point():
+    normalized, quantized = digits_pipeline()
+    verify(quantized, levels=("kernel",))
+    test_x, test_y = digits_module().test_data()
+    float_acc = np.mean(float_predictions(test_x) == test_y)
+    int8_acc = np.mean(int8_predictions(quantized, test_x) == test_y)
+    assert int8_acc >= float_acc - 0.01, (float_acc, int8_acc)
+
+
+def test_report_on_held_out_images():
+    normalized, quantized = digits_pipeline()
+    test_x, _ = digits_module().test_data()
+    rep = report(normalized, quantized, {normalized.inputs[0]: test_x[:120]})
+    (sqnr,) = rep["outputs"].values()
+    assert sqnr > 25.0 and rep["top1_agreement"] >= 0.97
+    assert all(e["sqnr_db"] > 25.0 for e in rep["tensors"].values())
+
+
+def test_training_reproduces_committed_weights(tmp_path):
+    subprocess.run([sys.executable, str(MODEL_DIR / "train.py"), "--out", str(tmp_path)], check=True, timeout=300)
+    assert (tmp_path / "weights.npz").read_bytes() == (MODEL_DIR / "weights.npz").read_bytes()

@@ -1,0 +1,171 @@
+"""Observers on distributions with known answers, and the seeded calibration sample choice."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from toolchain.ir.graph import Graph, Node, Tensor
+from toolchain.quantize.calibration import observe_ranges, select
+from toolchain.quantize.config import CONFIG
+from toolchain.quantize.observers import (MinMaxObserver, MovingAverageObserver, MSEObserver, PercentileObserver,
+                                          make_observer)
+
+DEFAULTS = {k: v.default for k, v in CONFIG.items()}
+
+
+def feed(obs, samples):
+    for p in range(obs.passes):
+        for s in samples:
+            obs.observe(np.asarray(s), p)
+    return obs.range()
+
+
+def fake_quant_mse(x: np.ndarray, lo: float, hi: float) -> float:
+    """Mean squared error of quantizing x to 256 levels spanning [lo, hi] (written independently of the observers)."""
+    step = (hi - lo) / 255.0
+    q = np.clip(np.round((x - lo) / step), 0, 255)
+    return float(np.mean((x - (lo + q * step)) ** 2))
+
+
+def test_minmax_is_exact_extremes():
+    rng = np.random.default_rng(1)
+    samples = [rng.uniform(-1, 1, 500) for _ in range(20)]
+    samples[7][3] = -3.25
+    samples[12][99] = 5.5
+    assert feed(MinMaxObserver(), samples) == (-3.25, 5.5)
+
+
+def test_moving_average_matches_closed_form():
+    c = 0.1
+    first = np.array([0.0, 1.0])
+    later = [np.array([-1.0, 2.0])] * 30
+    lo, hi = feed(MovingAverageObserver(c), [first] + later)
+    # each later sample moves the average a fraction c towards (-1, 2)
+    assert hi == pytest.approx(2.0 - 1.0 * (1 - c) ** 30, rel=1e-12)
+    assert lo == pytest.approx(-1.0 + 1.0 * (1 - c) ** 30, rel=1e-12)
+
+
+def test_moving_average_damps_a_single_outlier():
+    samples = [np.array([0.0, 1.0])] * 50 + [np.array([0.0, 100.0])] + [np.array([0.0, 1.0])] * 5
+    lo, hi = feed(MovingAverageObserver(0.01), samples)
+    assert lo == 0.0
+    assert hi == pytest.approx(1.0 + 99.0 * 0.01 * 0.99 ** 5, rel=1e-12)
+
+
+def test_percentile_of_uniform():
+    rng = np.random.default_rng(2)
+    lo, hi = feed(PercentileObserver(99.0), rng.uniform(0.0, 1.0, (100, 10_000)))
+    assert lo == pytest.approx(0.01, abs=2e-3)
+    assert hi == pytest.approx(0.99, abs=2e-3)
+
+
+def test_percentile_of_normal():
+    rng = np.random.default_rng(3)
+    lo, hi = feed(PercentileObserver(99.9), rng.standard_normal((100, 10_000)))
+    z = 3.090232  # standard normal 99.9th percentile
+    assert hi == pytest.approx(z, abs=0.03)
+    assert lo == pytest.approx(-z, abs=0.03)
+
+
+def test_percentile_100_is_minmax():
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal((10, 1000))
+    assert feed(PercentileObserver(100.0), data) == (data.min(), data.max())
+
+
+def brute_force_best(x: np.ndarray) -> float:
+    """Least fake-quant error over a fine grid of ranges [a, b] containing 0."""
+    lo, hi = min(x.min(), 0.0), max(x.max(), 0.0)
+    ts = np.linspace(0.5, 1.0, 51)
+    return min(fake_quant_mse(x, a * lo, b * hi) for a in (ts if lo < 0 else [1.0]) for b in ts)
+
+
+def test_mse_on_normal_clips_tails_near_the_optimum():
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((30, 2000))
+    lo, hi = feed(MSEObserver(), data)
+    x = data.ravel()
+    chosen = fake_quant_mse(x, lo, hi)
+    assert chosen < fake_quant_mse(x, x.min(), x.max())
+    assert chosen <= 1.02 * brute_force_best(x)
+    assert 3.0 < hi < x.max() and x.min() < lo < -3.0
+
+
+def test_mse_keeps_a_uniform_range():
+    rng = np.random.default_rng(6)
+    lo, hi = feed(MSEObserver(), rng.uniform(-1.0, 3.0, (50, 4000)))
+    assert lo == pytest.approx(-1.0, abs=0.02)
+    assert hi == pytest.approx(3.0, abs=0.05)
+
+
+def test_mse_one_sided_keeps_zero():
+    rng = np.random.default_rng(7)
+    data = np.maximum(rng.standard_normal((30, 2000)), 0.0)
+    lo, hi = feed(MSEObserver(), data)
+    assert lo == 0.0
+    assert fake_quant_mse(data.ravel(), lo, hi) <= 1.02 * brute_force_best(data.ravel())
+
+
+def test_mse_with_a_far_outlier_matches_brute_force():
+    # one clipped outlier at 40 costs more than the rounding noise of 30k values, so the best range keeps most of it
+    rng = np.random.default_rng(8)
+    data = rng.uniform(-1.0, 1.0, (10, 3000))
+    data[3, 17] = 40.0
+    lo, hi = feed(MSEObserver(), data)
+    x = data.ravel()
+    assert 20.0 < hi < 40.0
+    assert fake_quant_mse(x, lo, hi) <= 1.02 * brute_force_best(x)
+
+
+def test_constant_tensor_range():
+    for obs in (MinMaxObserver(), MovingAverageObserver(0.01), PercentileObserver(99.0), MSEObserver()):
+        assert feed(obs, [np.full(10, 2.5)] * 3) == (2.5, 2.5)
+
+
+def test_make_observer_follows_config():
+    kinds = {"minmax": MinMaxObserver, "moving_average": MovingAverageObserver, "percentile": PercentileObserver, "mse": MSEObserver}
+    for name, cls in kinds.items():
+        assert type(make_observer(dict(DEFAULTS, observer=name))) is cls
+
+
+def identity_graph() -> Graph:
+    g = Graph("id", inputs=["x"], outputs=["y"])
+    g.add_tensor(Tensor("x", (1, 4), "float32"))
+    g.add_tensor(Tensor("y", (1, 4), "float32"))
+    g.nodes.append(Node("clamp", "clamp", ["x"], ["y"], {"act_min": -math.inf, "act_max": math.inf}))
+    return g
+
+
+def test_sample_choice_is_seeded():
+    a = select(1000, 50, seed=3)
+    assert np.array_equal(a, select(1000, 50, seed=3))
+    assert not np.array_equal(a, select(1000, 50, seed=4))
+    assert len(np.unique(a)) == 50 and np.all(np.diff(a) > 0)
+    assert np.array_equal(select(40, 50, seed=3), np.arange(40))
+    assert np.array_equal(select(400, 0, seed=3), np.arange(400))
+
+
+def test_observed_ranges_deterministic_per_seed():
+    rng = np.random.default_rng(9)
+    samples = {"x": rng.standard_normal((300, 1, 4)).astype(np.float32)}
+    graph = identity_graph()
+    for observer in ("minmax", "moving_average", "percentile", "mse"):
+        cfg = dict(DEFAULTS, observer=observer, max_samples=20, seed=1)
+        first = observe_ranges(graph, samples, ["y"], cfg)
+        assert first == observe_ranges(graph, samples, ["y"], cfg)
+        assert first != observe_ranges(graph, samples, ["y"], dict(cfg, seed=2))
+    used = samples["x"][select(300, 20, 1)]
+    assert observe_ranges(graph, samples, ["x"], dict(DEFAULTS, max_samples=20, seed=1)) == {"x": (float(used.min()), float(used.max()))}
+
+
+def test_progress_bar_only_when_asked(capsys, monkeypatch):
+    samples = {"x": np.zeros((40, 1, 4), np.float32)}
+    monkeypatch.delenv("KILN_PROGRESS", raising=False)
+    observe_ranges(identity_graph(), samples, ["y"], DEFAULTS)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("KILN_PROGRESS", "1")
+    observe_ranges(identity_graph(), samples, ["y"], DEFAULTS)
+    err = capsys.readouterr().err
+    assert "calibrating" in err and "40/40" in err and err.endswith("\n")

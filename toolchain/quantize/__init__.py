@@ -1,0 +1,49 @@
+"""The quantize stage: a kernel-level float graph into the int8 graph that docs/ir.md specifies.
+
+1. Decide which nodes run in int8 (every node of a float source; the nodes a
+   QDQ source quantized) and which float tensors get int8 parameters.
+2. Group the tensors that must share parameters; pin the groups whose
+   parameters are fixed (source QDQ parameters, softmax/sigmoid/tanh outputs).
+3. Calibrate the other groups: the float reference runs the calibration
+   samples and an observer turns each tensor's values into a range.
+4. Rewrite: int8 activations, int8 weights, int32 biases, and explicit
+   quantize/dequantize nodes at the boundaries of float islands.
+
+The stage is pure (it works on a copy) and deterministic.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import KilnError
+from toolchain.ir.graph import Graph
+from toolchain.quantize.calibration import missing_calibration_error, observe_ranges
+from toolchain.quantize.groups import build_groups, group_params, plan_int8, unfixed
+from toolchain.quantize.rewrite import rewrite
+
+__all__ = ["quantize"]
+
+
+def quantize(graph: Graph, config: dict[str, Any], calibration: dict[str, np.ndarray]) -> Graph:
+    """The int8 form of `graph` (`config` is the model.toml `quant` table, defaults filled in)."""
+    g = graph.copy()
+    if config["mode"] == "none":
+        return g
+    for index, node in enumerate(g.nodes):
+        if node.op in ("quantize", "dequantize"):
+            raise KilnError(f"graph {g.name!r}: node {index} {node.name!r} ({node.op}): the graph is already quantized")
+    plan = plan_int8(g)
+    groups = build_groups(g, plan)
+    needed = unfixed(g, groups)
+    ranges: dict[str, tuple[float, float]] = {}
+    if needed and not calibration:
+        if g.meta.get("quantized_source") != "qdq":
+            raise missing_calibration_error(g)
+        raise KilnError(f"model {g.name!r}: the QDQ source gives no quantization parameters for tensor(s) {', '.join(needed)}; "
+                        "provide calibration data (calibration_data() in model.py or quant.calibration in model.toml) to fill them")
+    if needed:
+        ranges = observe_ranges(g, calibration, needed, config)
+    rewrite(g, plan, group_params(g, groups, ranges), config["per_channel"])
+    return g

@@ -1,0 +1,193 @@
+"""Observers: how calibration turns a tensor's observed values into a float range.
+
+An observer sees one tensor's value for every calibration sample (in sample
+order) and returns the range (lo, hi) to quantize it to. Histogram observers
+(percentile, MSE) need two passes over the samples: the first finds the
+min/max that fixes the histogram's bins, the second fills the histogram, so
+their memory stays bounded however many samples there are. Everything here is
+deterministic: no randomness, float64 accumulation in sample order.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+BINS = 2048
+LEVELS = 255  # int8 steps between the ends of a range
+
+
+class Observer:
+    """Base: tracks the overall min/max (pass 0); subclasses refine `range()`."""
+
+    passes = 1
+
+    def __init__(self) -> None:
+        self.lo = np.inf
+        self.hi = -np.inf
+
+    def observe(self, x: np.ndarray, pass_index: int = 0) -> None:
+        if pass_index == 0 and x.size:
+            self.lo = min(self.lo, float(np.min(x)))
+            self.hi = max(self.hi, float(np.max(x)))
+
+    @property
+    def seen(self) -> bool:
+        return self.lo <= self.hi
+
+    def range(self) -> tuple[float, float]:
+        if not self.seen:
+            raise ValueError("observer saw no values")
+        return self.lo, self.hi
+
+
+class MinMaxObserver(Observer):
+    """The smallest and largest value seen (TFLite's and PyTorch's default for activations)."""
+
+
+class MovingAverageObserver(Observer):
+    """Min and max as exponential moving averages over samples, like PyTorch's MovingAverageMinMaxObserver.
+
+    The first sample sets them; each later sample moves them by `c` times the
+    difference to its own min/max, so rare outlier samples count less.
+    """
+
+    def __init__(self, averaging_constant: float) -> None:
+        super().__init__()
+        self.c = float(averaging_constant)
+        self.avg_lo: float | None = None
+        self.avg_hi = 0.0
+
+    def observe(self, x: np.ndarray, pass_index: int = 0) -> None:
+        super().observe(x, pass_index)
+        if not x.size:
+            return
+        lo, hi = float(np.min(x)), float(np.max(x))
+        if self.avg_lo is None:
+            self.avg_lo, self.avg_hi = lo, hi
+        else:
+            self.avg_lo += self.c * (lo - self.avg_lo)
+            self.avg_hi += self.c * (hi - self.avg_hi)
+
+    def range(self) -> tuple[float, float]:
+        super().range()
+        return self.avg_lo, self.avg_hi
+
+
+class HistogramObserver(Observer):
+    """Pass 0: min/max; pass 1: a histogram of BINS equal bins over [min, max]."""
+
+    passes = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts = np.zeros(BINS, np.float64)
+
+    def observe(self, x: np.ndarray, pass_index: int = 0) -> None:
+        super().observe(x, pass_index)
+        if pass_index == 1 and x.size and self.hi > self.lo:
+            self.counts += np.histogram(x, bins=BINS, range=(self.lo, self.hi))[0]
+
+    @property
+    def edges(self) -> np.ndarray:
+        return np.linspace(self.lo, self.hi, BINS + 1)
+
+
+class PercentileObserver(HistogramObserver):
+    """Keeps the values between the (100 - p)th and the pth percentile, clipping rare outliers."""
+
+    def __init__(self, percentile: float) -> None:
+        super().__init__()
+        self.p = float(percentile)
+
+    def range(self) -> tuple[float, float]:
+        lo, hi = super().range()
+        if hi == lo or self.p >= 100.0:
+            return lo, hi
+        return self._quantile(1.0 - self.p / 100.0), self._quantile(self.p / 100.0)
+
+    def _quantile(self, q: float) -> float:
+        """The value below which a fraction q of the histogram lies (linear within a bin)."""
+        cdf = np.cumsum(self.counts) / self.counts.sum()
+        i = min(int(np.searchsorted(cdf, q)), BINS - 1)
+        before = cdf[i - 1] if i else 0.0
+        inside = cdf[i] - before
+        frac = (q - before) / inside if inside > 0 else 0.0
+        e = self.edges
+        return float(e[i] + frac * (e[i + 1] - e[i]))
+
+
+class MSEObserver(HistogramObserver):
+    """The range [a, b] (containing 0) with the least expected squared int8 quantization error.
+
+    Values inside [a, b] cost the rounding noise of a uniform quantizer,
+    step² / 12 with step = (b - a) / 255, except exact zeros (ReLU outputs),
+    which every range represents exactly; values outside cost their squared
+    distance to the clipped end (integrated exactly over each histogram bin,
+    taking values as uniform within a bin). The search scales the min and the
+    max independently: a coarse geometric grid, then a fine linear one
+    around the best coarse point.
+    """
+
+    COARSE = 2.0 ** (-np.arange(81) / 8.0)  # 1 down to 2^-10
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.zeros = 0.0
+
+    def observe(self, x: np.ndarray, pass_index: int = 0) -> None:
+        super().observe(x, pass_index)
+        if pass_index == 1:
+            self.zeros += float(np.count_nonzero(x == 0))
+
+    def range(self) -> tuple[float, float]:
+        lo, hi = super().range()
+        if hi == lo:
+            return lo, hi
+        lo0, hi0 = min(lo, 0.0), max(hi, 0.0)
+        t_lo, t_hi = self._search(lo0, hi0, self.COARSE, self.COARSE)
+        fine_lo = np.linspace(t_lo / 2 ** 0.125, min(1.0, t_lo * 2 ** 0.125), 33)
+        fine_hi = np.linspace(t_hi / 2 ** 0.125, min(1.0, t_hi * 2 ** 0.125), 33)
+        t_lo, t_hi = self._search(lo0, hi0, fine_lo, fine_hi)
+        return t_lo * lo0, t_hi * hi0
+
+    def _search(self, lo0: float, hi0: float, scales_lo: np.ndarray, scales_hi: np.ndarray) -> tuple[float, float]:
+        scales_lo = scales_lo if lo0 < 0 else np.ones(1)
+        scales_hi = scales_hi if hi0 > 0 else np.ones(1)
+        err = self.expected_error(scales_lo * lo0, scales_hi * hi0)
+        i, j = np.unravel_index(int(np.argmin(err)), err.shape)
+        return float(scales_lo[i]), float(scales_hi[j])
+
+    def expected_error(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Expected total squared error over the histogram for every range [a[i], b[j]] (shape (len(a), len(b))).
+
+        The terms separate: clipping below depends on a only, clipping above
+        on b only, and the mass inside is mass_below(b) - mass_below(a).
+        """
+        e = self.edges
+        left, right = e[:-1], e[1:]
+        density = self.counts / (right - left)
+        a, b = np.asarray(a, np.float64)[:, None], np.asarray(b, np.float64)[:, None]
+
+        def mass_below(t: np.ndarray) -> np.ndarray:
+            return (density * np.clip(np.minimum(right, t) - left, 0.0, None)).sum(axis=-1)
+
+        above = (density * (np.clip(right - b, 0.0, None) ** 3 - np.clip(left - b, 0.0, None) ** 3)).sum(axis=-1) / 3.0
+        below = (density * (np.clip(a - left, 0.0, None) ** 3 - np.clip(a - right, 0.0, None) ** 3)).sum(axis=-1) / 3.0
+        inside = np.clip(mass_below(b)[None, :] - mass_below(a)[:, None] - self.zeros, 0.0, None)
+        step = (b[:, 0][None, :] - a[:, 0][:, None]) / LEVELS
+        return below[:, None] + above[None, :] + inside * step ** 2 / 12.0
+
+
+def make_observer(config: dict[str, Any]) -> Observer:
+    """The observer that the `quant` config table names."""
+    kind = config["observer"]
+    if kind == "minmax":
+        return MinMaxObserver()
+    if kind == "moving_average":
+        return MovingAverageObserver(config["averaging_constant"])
+    if kind == "percentile":
+        return PercentileObserver(config["percentile"])
+    if kind == "mse":
+        return MSEObserver()
+    raise ValueError(f"unknown observer {kind!r}")
