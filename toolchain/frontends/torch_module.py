@@ -1,0 +1,172 @@
+"""The model.py frontend: a torch.nn.Module factory file into a source-level Kiln graph.
+
+The model.py contract:
+
+- `model()` returns the `nn.Module` to compile, in eval mode (`.eval()`).
+- `example_inputs()` returns a tuple of tensors, one per forward() input,
+  batch dimension included; they fix the graph's input shapes.
+- `calibration_data()` (optional) returns N calibration samples as a tensor
+  or array shaped (N, *input_shape) for a single-input model, a list of N
+  tuples (one tensor per input), or a dict input name -> array
+  (N, *input_shape).
+
+Graph inputs are named after forward()'s parameters. The model.toml `inputs`
+table, when it names an input, must agree with example_inputs() in shape and
+dtype. The file is loaded by path under a private module name with its
+folder importable (for sibling modules and weight files), and sys.path and
+sys.modules are restored afterwards.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from toolchain.errors import KilnError
+from toolchain.frontends import Imported
+from toolchain.frontends.torch_graph import check_bindings, convert, describe, quiet_torch
+from toolchain.ir.graph import Graph
+
+
+def import_module_file(source: Path, name: str, inputs: dict[str, Any]) -> Imported:
+    """Import model.py `source` as graph `name`; `inputs` is the model.toml inputs table."""
+    where = str(source)
+    source = Path(source).resolve()
+    with _loaded(source, where) as module:
+        module_obj = _call(module, "model", where)
+        examples = _examples(_call(module, "example_inputs", where), where)
+        graph = import_module(module_obj, examples, name, inputs, where, source.parent)
+        calibration = _call(module, "calibration_data", where) if hasattr(module, "calibration_data") else None
+    shapes = {n: graph.tensors[n].shape for n in graph.inputs}
+    return Imported(graph, normalize_calibration(calibration, shapes, where) if calibration is not None else {})
+
+
+def import_module(module: Any, examples: tuple[torch.Tensor, ...], name: str, inputs: dict[str, Any] | None = None,
+                  where: str = "<module>", folder: Path | None = None) -> Graph:
+    """An eval-mode nn.Module, exported at `examples`, as a source-level graph named `name`."""
+    if not isinstance(module, torch.nn.Module):
+        raise KilnError(f"{where}: model() returned {type(module).__name__}, not a torch.nn.Module")
+    _check_eval(module, where)
+    names = _input_names(module, len(examples), where)
+    check_bindings(inputs or {}, {n: (tuple(t.shape), t.dtype) for n, t in zip(names, examples)}, where)
+    return convert(_export(module, examples, where), name, where, folder=folder, input_names=names)
+
+
+@contextlib.contextmanager
+def _loaded(source: Path, where: str) -> Iterator[ModuleType]:
+    """model.py as a module, its folder on sys.path; everything it added to sys.path/sys.modules removed after."""
+    folder = source.parent
+    module_name = "_kiln_model_" + hashlib.sha256(str(source).encode()).hexdigest()[:16]
+    saved_path = list(sys.path)
+    before = set(sys.modules)
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(module_name, source)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise KilnError(f"{where}: import failed: {describe(exc)}") from None
+        yield module
+    finally:
+        sys.path[:] = saved_path
+        for key in set(sys.modules) - before:
+            if key == module_name or _file_inside(sys.modules[key], folder):
+                del sys.modules[key]
+
+
+def _file_inside(module: ModuleType, folder: Path) -> bool:
+    file = getattr(module, "__file__", None)
+    return bool(file) and Path(file).resolve().is_relative_to(folder)
+
+
+def _call(module: ModuleType, fn_name: str, where: str) -> Any:
+    fn: Callable[[], Any] | None = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise KilnError(f"{where}: defines no {fn_name}() function")
+    try:
+        with torch.no_grad():
+            return fn()
+    except Exception as exc:
+        raise KilnError(f"{where}: {fn_name}() raised {describe(exc)}") from None
+
+
+def _check_eval(module: torch.nn.Module, where: str) -> None:
+    if module.training:
+        raise KilnError(f"{where}: model() returned a module in training mode; call .eval()")
+    for sub_name, sub in module.named_modules():
+        if sub.training:
+            raise KilnError(f"{where}: model() returned a module whose submodule {sub_name!r} is in training mode; call .eval()")
+
+
+def _examples(value: Any, where: str) -> tuple[torch.Tensor, ...]:
+    examples = (value,) if isinstance(value, torch.Tensor) else value
+    if not isinstance(examples, (tuple, list)) or not examples or not all(isinstance(t, torch.Tensor) for t in examples):
+        raise KilnError(f"{where}: example_inputs() must return a tuple of tensors, one per forward() input")
+    return tuple(examples)
+
+
+def _input_names(module: torch.nn.Module, count: int, where: str) -> list[str]:
+    """forward()'s parameter names, the graph's input names; `*args` inputs are `args_0`, `args_1`, ..."""
+    params = list(inspect.signature(module.forward).parameters.values())
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+    if star is not None:
+        names += [f"{star}_{i}" for i in range(max(count - len(names), 0))]
+    if len(names) < count:
+        raise KilnError(f"{where}: example_inputs() gives {count} inputs but forward() takes {len(names)}")
+    return names[:count]
+
+
+def _export(module: torch.nn.Module, examples: tuple[torch.Tensor, ...], where: str) -> torch.export.ExportedProgram:
+    try:
+        with torch.no_grad(), quiet_torch():
+            return torch.export.export(module, examples)
+    except Exception as exc:  # torch.export raises many exception types for untraceable code
+        raise KilnError(f"{where}: torch.export failed: {describe(exc)}") from None
+
+
+def normalize_calibration(value: Any, shapes: dict[str, tuple[int, ...]], where: str) -> dict[str, np.ndarray]:
+    """Any accepted calibration_data() form as {input name: float32 (N, *input_shape)}."""
+    names = list(shapes)
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - set(names))
+        missing = [n for n in names if n not in value]
+        if unknown or missing:
+            raise KilnError(f"{where}: calibration_data() keys {sorted(value)} do not match the inputs {names}")
+        arrays = {n: _array(value[n], f"{where}: calibration_data()[{n!r}]") for n in names}
+    elif isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
+        if any(not isinstance(s, (list, tuple)) or len(s) != len(names) for s in value):
+            raise KilnError(f"{where}: calibration_data() samples must be tuples of {len(names)} tensors ({', '.join(names)})")
+        arrays = {n: np.stack([_array(s[i], f"{where}: calibration_data() sample") for s in value]) for i, n in enumerate(names)}
+    elif len(names) == 1:
+        arrays = {names[0]: _array(value, f"{where}: calibration_data()")}
+    else:
+        raise KilnError(f"{where}: calibration_data() of a {len(names)}-input model must be a list of tuples or a dict by input name")
+    counts = {len(a) for a in arrays.values()}
+    if len(counts) != 1 or 0 in counts:
+        raise KilnError(f"{where}: calibration_data() gives {sorted(counts)} samples per input; every input needs the same N >= 1")
+    for n, a in arrays.items():
+        if a.shape[1:] != tuple(shapes[n]):
+            raise KilnError(f"{where}: calibration_data() for {n!r} has shape {list(a.shape)}, expected [N, {', '.join(map(str, shapes[n]))}]")
+        if not np.isfinite(a).all():
+            raise KilnError(f"{where}: calibration_data() for {n!r} contains NaN or infinity")
+    return arrays
+
+
+def _array(value: Any, what: str) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    try:
+        return np.ascontiguousarray(np.asarray(value, dtype=np.float32))
+    except (TypeError, ValueError) as exc:
+        raise KilnError(f"{what} is not numeric: {exc}") from None
