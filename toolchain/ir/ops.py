@@ -255,6 +255,13 @@ def _dequantize(node, ins):
 
 
 # -- source level (ONNX semantics) -----------------------------------------
+# Each source op takes the form of its newest ONNX version: values that older
+# opsets gave as attributes are constant inputs (Clip bounds, Pad pads/value,
+# Slice starts/ends/axes/steps, Split sizes, ReduceMean/Squeeze/Unsqueeze
+# axes, Resize scales/sizes). Frontends resolve what ONNX leaves implicit:
+# Conv/pool `auto_pad` becomes explicit `pads` (begins then ends), Softmax
+# has opset-13 semantics (one axis), Cast `to` and ConstantOfShape `dtype`
+# are IR dtype names, Resize is `mode="nearest"` only.
 @op("Conv", "source", FLOAT)
 def _onnx_conv(node, ins):
     x, w, b = (ins + [None])[:3]
@@ -310,8 +317,15 @@ def _onnx_bn(node, ins):
     return [(x.shape, x.dtype)]
 
 
-for _name in ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Softmax", "Identity", "Dropout", "Erf", "Sqrt", "Neg", "Exp", "Reciprocal"):
+for _name in ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Softmax", "Identity", "Erf", "Sqrt", "Neg", "Exp", "Reciprocal"):
     op(_name, "source", NUMERIC)(_same)
+
+
+@op("Dropout", "source", NUMERIC)
+def _onnx_dropout(node, ins):
+    """Inference-mode Dropout: the output is the input; an optional mask output is all true."""
+    x = ins[0]
+    return [(x.shape, x.dtype)] + [(x.shape, "bool")] * (len(node.outputs) > 1)
 
 
 @op("Clip", "source", NUMERIC)
@@ -322,8 +336,15 @@ def _onnx_clip(node, ins):
     return [(ins[0].shape, ins[0].dtype)]
 
 
-for _name in ("Add", "Sub", "Mul", "Div", "Pow"):
+for _name in ("Add", "Sub", "Mul", "Div"):
     op(_name, "source", NUMERIC)(_binary)
+
+
+@op("Pow", "source", NUMERIC)
+def _onnx_pow(node, ins):
+    """ONNX lets the exponent have its own type; the result has the base's."""
+    a, b = ins
+    return [(broadcast(a.shape, b.shape), a.dtype)]
 
 
 def _onnx_pool(node, ins):
@@ -353,7 +374,11 @@ def _onnx_reduce_mean(node, ins):
     x = ins[0]
     axes = node.attrs.get("axes")
     if axes is None:
-        axes = const_ints(ins[1], "ReduceMean axes") if len(ins) > 1 and ins[1] is not None else list(range(len(x.shape)))
+        axes = const_ints(ins[1], "ReduceMean axes") if len(ins) > 1 and ins[1] is not None else []
+    if not axes:
+        if node.attrs.get("noop_with_empty_axes", 0):
+            return [(x.shape, x.dtype)]
+        axes = list(range(len(x.shape)))
     axes = {norm_axis(a, len(x.shape)) for a in axes}
     keep = bool(node.attrs.get("keepdims", 1))
     shape = tuple((1 if i in axes else d) for i, d in enumerate(x.shape) if keep or i not in axes)
@@ -385,7 +410,10 @@ def _onnx_reshape(node, ins):
 @op("Flatten", "source", ANY)
 def _onnx_flatten(node, ins):
     (x,) = ins
-    axis = norm_axis(node.attrs.get("axis", 1), len(x.shape) + 1)
+    axis, rank = node.attrs.get("axis", 1), len(x.shape)
+    if not -rank <= axis <= rank:
+        raise OpError(f"Flatten axis {axis} out of range for rank {rank}")
+    axis = axis + rank if axis < 0 else axis
     return [((int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))), x.dtype)]
 
 
@@ -433,3 +461,176 @@ def _onnx_shape(node, ins):
 @op("Cast", "source", ANY)
 def _onnx_cast(node, ins):
     return [(ins[0].shape, node.attrs["to"])]
+
+
+def _optional(ins: list[Tensor | None], index: int) -> Tensor | None:
+    return ins[index] if len(ins) > index else None
+
+
+@op("Slice", "source", ANY)
+def _onnx_slice(node, ins):
+    x = ins[0]
+    rank = len(x.shape)
+    starts, ends = const_ints(ins[1], "Slice starts"), const_ints(ins[2], "Slice ends")
+    axes_t, steps_t = _optional(ins, 3), _optional(ins, 4)
+    axes = [norm_axis(a, rank) for a in const_ints(axes_t, "Slice axes")] if axes_t is not None else list(range(len(starts)))
+    steps = const_ints(steps_t, "Slice steps") if steps_t is not None else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps) or len(set(axes)) != len(axes):
+        raise OpError("Slice starts, ends, axes and steps need one entry per sliced axis, axes distinct")
+    if 0 in steps:
+        raise OpError("Slice step 0")
+    shape = list(x.shape)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        shape[a] = len(range(*slice(s, e, st).indices(x.shape[a])))
+    return [(tuple(shape), x.dtype)]
+
+
+def split_sizes(node: Node, ins: list[Tensor | None]) -> list[int]:
+    """The size of each Split output: the `split` input, or `num_outputs` chunks, or equal parts."""
+    x = ins[0]
+    dim = x.shape[norm_axis(node.attrs.get("axis", 0), len(x.shape))]
+    split_t = _optional(ins, 1)
+    if split_t is not None:
+        sizes = const_ints(split_t, "Split sizes")
+    elif "num_outputs" in node.attrs:
+        n = int(node.attrs["num_outputs"])
+        chunk = -(-dim // n)
+        sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(n)]
+    else:
+        n = len(node.outputs)
+        if dim % n:
+            raise OpError(f"dimension {dim} does not split into {n} equal parts")
+        sizes = [dim // n] * n
+    if sum(sizes) != dim or any(s < 0 for s in sizes):
+        raise OpError(f"split sizes {sizes} do not sum to {dim}")
+    return sizes
+
+
+@op("Split", "source", ANY)
+def _onnx_split(node, ins):
+    return _split(node.copy(attrs={"axis": node.attrs.get("axis", 0), "sizes": split_sizes(node, ins)}), ins[:1])
+
+
+@op("Pad", "source", ANY)
+def _onnx_pad(node, ins):
+    x = ins[0]
+    rank = len(x.shape)
+    if node.attrs.get("mode", "constant") != "constant":
+        raise OpError(f"Pad mode {node.attrs['mode']!r}: only constant padding")
+    pads = const_ints(ins[1], "Pad pads")
+    value_t, axes_t = _optional(ins, 2), _optional(ins, 3)
+    if value_t is not None and (value_t.data is None or value_t.size != 1):
+        raise OpError("Pad value must be a one-element constant")
+    axes = [norm_axis(a, rank) for a in const_ints(axes_t, "Pad axes")] if axes_t is not None else list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise OpError(f"pads needs {2 * len(axes)} entries (begins then ends), got {len(pads)}")
+    shape = list(x.shape)
+    for i, a in enumerate(axes):
+        shape[a] += pads[i] + pads[i + len(axes)]
+    if any(d < 0 for d in shape):
+        raise OpError(f"pads {pads} crop more than shape {x.shape}")
+    return [(tuple(shape), x.dtype)]
+
+
+RESIZE_COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def resize_plan(node: Node, ins: list[Tensor | None]) -> tuple[Shape, list[float]]:
+    """Output shape and per-axis scale of a Resize, computed as ONNX (opset 19) does.
+
+    The scale is what the coordinate transformation divides by: the given
+    scale, or output/input size for `sizes`, or the one aspect-preserving
+    scale of `keep_aspect_ratio_policy`.
+    """
+    x = ins[0]
+    rank = len(x.shape)
+    scales_t, sizes_t = _optional(ins, 2), _optional(ins, 3)
+    axes = [norm_axis(a, rank) for a in node.attrs.get("axes", list(range(rank)))]
+    if (scales_t is None) == (sizes_t is None):
+        raise OpError("Resize needs exactly one of scales and sizes")
+    scales, out = [1.0] * rank, list(x.shape)
+    if scales_t is not None:
+        if scales_t.data is None:
+            raise OpError("Resize scales must be a constant")
+        given = [float(v) for v in np.asarray(scales_t.data).ravel()]
+        if len(given) != len(axes) or any(not s > 0 for s in given):
+            raise OpError(f"Resize needs {len(axes)} positive scales, got {given}")
+        for a, s in zip(axes, given):
+            scales[a], out[a] = s, int(x.shape[a] * s)
+        return tuple(out), scales
+    sizes = const_ints(sizes_t, "Resize sizes")
+    if len(sizes) != len(axes) or any(s <= 0 for s in sizes):
+        raise OpError(f"Resize needs {len(axes)} positive sizes, got {sizes}")
+    for a, s in zip(axes, sizes):
+        scales[a], out[a] = s / x.shape[a], s
+    policy = node.attrs.get("keep_aspect_ratio_policy", "stretch")
+    if policy != "stretch":
+        scale = (min if policy == "not_larger" else max)(scales[a] for a in axes)
+        for a in axes:
+            scales[a], out[a] = scale, int(scale * x.shape[a] + 0.5)
+    return tuple(out), scales
+
+
+def nearest_indices(in_size: int, out_size: int, scale: float, mode: str, nearest_mode: str) -> list[int]:
+    """The source index of each output position of a nearest Resize along one axis (ONNX rules)."""
+    y = np.arange(out_size, dtype=np.float64)
+    if mode == "align_corners":
+        x = np.zeros(out_size) if out_size == 1 else y * (in_size - 1) / (out_size - 1)
+    elif mode == "asymmetric":
+        x = y / scale
+    elif mode == "tf_half_pixel_for_nn":
+        x = (y + 0.5) / scale
+    elif mode == "pytorch_half_pixel":
+        x = np.zeros(out_size) if out_size == 1 else (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel_symmetric":
+        offset = in_size / 2 * (1 - out_size / (scale * in_size))
+        x = offset + (y + 0.5) / scale - 0.5
+    else:
+        raise OpError(f"Resize coordinate_transformation_mode {mode!r} not supported")
+    rounding = {"round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5), "floor": np.floor, "ceil": np.ceil}
+    if nearest_mode not in rounding:
+        raise OpError(f"Resize nearest_mode {nearest_mode!r} not supported")
+    return [int(i) for i in np.clip(rounding[nearest_mode](x), 0, in_size - 1)]
+
+
+@op("Resize", "source", ANY)
+def _onnx_resize(node, ins):
+    if node.attrs.get("mode", "nearest") != "nearest":
+        raise OpError(f"Resize mode {node.attrs['mode']!r}: only nearest")
+    if node.attrs.get("coordinate_transformation_mode", "half_pixel") not in RESIZE_COORDINATE_MODES:
+        raise OpError(f"Resize coordinate_transformation_mode {node.attrs['coordinate_transformation_mode']!r} not supported")
+    if node.attrs.get("nearest_mode", "round_prefer_floor") not in NEAREST_MODES:
+        raise OpError(f"Resize nearest_mode {node.attrs['nearest_mode']!r} not supported")
+    shape, _ = resize_plan(node, ins)
+    return [(shape, ins[0].dtype)]
+
+
+@op("Gather", "source", ANY)
+def _onnx_gather(node, ins):
+    data, indices = ins
+    if indices.dtype not in ("int32", "int64"):
+        raise OpError(f"Gather indices must be int32 or int64, got {indices.dtype}")
+    axis = norm_axis(node.attrs.get("axis", 0), len(data.shape))
+    return [(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype)]
+
+
+@op("ConstantOfShape", "source", frozenset({"int64"}))
+def _onnx_constant_of_shape(node, ins):
+    shape = const_ints(ins[0], "ConstantOfShape shape")
+    if any(d < 0 for d in shape):
+        raise OpError(f"negative dimension in {shape}")
+    return [(tuple(shape), node.attrs.get("dtype", "float32"))]
+
+
+@op("Range", "source", NUMERIC)
+def _onnx_range(node, ins):
+    for t in ins:
+        if t is None or t.data is None or t.size != 1:
+            raise OpError("Range start, limit and delta must be one-element constants")
+    start, limit, delta = (float(np.asarray(t.data).ravel()[0]) for t in ins)
+    if delta == 0:
+        raise OpError("Range delta 0")
+    return [((max(int(np.ceil((limit - start) / delta)), 0),), ins[0].dtype)]

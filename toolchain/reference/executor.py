@@ -32,6 +32,8 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], table: dict[str, Impl] | Non
     from toolchain.reference import float_ops, source_ops  # noqa: F401  (register implementations)
 
     table = FLOAT_IMPLS if table is None else table
+    if hasattr(table, "bind"):  # a table whose implementations read tensor metadata (quantization)
+        table = table.bind(graph)
     values: dict[str, np.ndarray] = {k: t.data for k, t in graph.tensors.items() if t.data is not None}
     for name in graph.inputs:
         if name not in feeds:
@@ -52,6 +54,6 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], table: dict[str, Impl] | Non
             values[name] = np.asarray(arr).astype(DTYPES[t.dtype], copy=False).reshape(t.shape)
         if not keep:
             for i in node.inputs:
-                if last_use.get(i) == index and i not in graph.outputs and graph.tensors[i].data is None:
+                if i and last_use.get(i) == index and i not in graph.outputs and graph.tensors[i].data is None:
                     values.pop(i, None)
     return values if keep else {k: values[k] for k in graph.outputs}

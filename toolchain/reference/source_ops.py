@@ -1,9 +1,12 @@
 """Float implementations of the source-level (ONNX-semantics, NCHW) ops."""
 from __future__ import annotations
 
+from math import erf
+
 import numpy as np
 
-from toolchain.ir.graph import DTYPES
+from toolchain.ir.graph import DTYPES, Tensor, dtype_name
+from toolchain.ir.ops import nearest_indices, resize_plan, split_sizes
 from toolchain.reference import nn
 from toolchain.reference.executor import impl
 
@@ -49,11 +52,14 @@ def _relu(node, ins):
     return [np.maximum(_f64(ins[0]), 0.0)]
 
 
+def _scalar(ins, index: int, default: float) -> float:
+    """An optional one-element input (ONNX allows shape [] or [1]) as a float."""
+    return default if len(ins) <= index or ins[index] is None else float(np.asarray(ins[index]).ravel()[0])
+
+
 @impl("Clip")
 def _clip(node, ins):
-    lo = -np.inf if len(ins) < 2 or ins[1] is None else float(ins[1])
-    hi = np.inf if len(ins) < 3 or ins[2] is None else float(ins[2])
-    return [np.clip(_f64(ins[0]), lo, hi)]
+    return [np.clip(_f64(ins[0]), _scalar(ins, 1, -np.inf), _scalar(ins, 2, np.inf))]
 
 
 @impl("LeakyRelu")
@@ -96,6 +102,36 @@ def _softmax(node, ins):
 @impl("Identity", "Dropout")
 def _identity(node, ins):
     return [ins[0]] + [np.ones(ins[0].shape, bool)] * (len(node.outputs) - 1)
+
+
+@impl("Erf")
+def _erf(node, ins):
+    return [np.vectorize(erf, otypes=[np.float64])(_f64(ins[0]))]
+
+
+@impl("Sqrt")
+def _sqrt(node, ins):
+    return [np.sqrt(_f64(ins[0]))]
+
+
+@impl("Neg")
+def _neg(node, ins):
+    return [-np.asarray(ins[0])]
+
+
+@impl("Exp")
+def _exp(node, ins):
+    return [np.exp(_f64(ins[0]))]
+
+
+@impl("Reciprocal")
+def _reciprocal(node, ins):
+    return [1.0 / _f64(ins[0])]
+
+
+@impl("Pow")
+def _pow(node, ins):
+    return [np.power(_f64(ins[0]), _f64(ins[1]))]
 
 
 @impl("Add")
@@ -151,8 +187,16 @@ def _maxpool(node, ins):
 
 @impl("AveragePool")
 def _avgpool(node, ins):
-    x, k, strides, pads, _, extra, spatial = _pool_args(node, _f64(ins[0]))
-    out = nn.avg_pool_nchw(x, k, strides, pads, bool(node.attrs.get("count_include_pad", 0)), extra)
+    """Average over each window; with count_include_pad the explicit padding counts, never the ceil-mode overhang."""
+    x, k, strides, pads, dil, extra, spatial = _pool_args(node, _f64(ins[0]))
+    full = [pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1]]
+    total = nn.windows(nn.pad_spatial(x, full), k, strides, dil).sum(axis=(-2, -1))
+    ones = np.ones((1, 1) + x.shape[2:])
+    if node.attrs.get("count_include_pad", 0):
+        ones = nn.pad_spatial(ones, pads, 1.0)
+        full = [0, 0, extra[0], extra[1]]
+    count = nn.windows(nn.pad_spatial(ones, full), k, strides, dil).sum(axis=(-2, -1))
+    out = total / count
     return [out[:, :, 0, :] if spatial == 1 else out]
 
 
@@ -167,8 +211,10 @@ def _reduce_mean(node, ins):
     x = _f64(ins[0])
     axes = node.attrs.get("axes")
     if axes is None:
-        axes = [int(a) for a in ins[1]] if len(ins) > 1 and ins[1] is not None else list(range(x.ndim))
-    return [x.mean(axis=tuple(axes), keepdims=bool(node.attrs.get("keepdims", 1)))]
+        axes = [int(a) for a in ins[1]] if len(ins) > 1 and ins[1] is not None else []
+    if not axes and node.attrs.get("noop_with_empty_axes", 0):
+        return [x]
+    return [x.mean(axis=tuple(axes) if axes else None, keepdims=bool(node.attrs.get("keepdims", 1)))]
 
 
 @impl("Concat")
@@ -188,8 +234,9 @@ def _reshape(node, ins):
 @impl("Flatten")
 def _flatten(node, ins):
     x = ins[0]
-    axis = node.attrs.get("axis", 1) % (x.ndim + 1) if x.ndim else 0
-    return [x.reshape(int(np.prod(x.shape[:axis])), -1)]
+    axis = node.attrs.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    return [x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))]
 
 
 @impl("Squeeze")
@@ -226,3 +273,76 @@ def _shape(node, ins):
 @impl("Cast")
 def _cast(node, ins):
     return [np.asarray(ins[0]).astype(DTYPES[node.attrs["to"]])]
+
+
+def _ints(a) -> list[int]:
+    return [int(v) for v in np.asarray(a).ravel()]
+
+
+@impl("Slice")
+def _slice(node, ins):
+    x = ins[0]
+    starts, ends = _ints(ins[1]), _ints(ins[2])
+    axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
+    steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    index = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        index[a % x.ndim] = slice(s, e, st)
+    return [x[tuple(index)]]
+
+
+@impl("Split")
+def _split(node, ins):
+    x = ins[0]
+    sizes = split_sizes(node, [_shaped(t) for t in ins])
+    axis = node.attrs.get("axis", 0)
+    return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+
+
+def _shaped(a):
+    """Shape inference helpers take tensors: wrap an array as a constant one."""
+    return None if a is None else Tensor("", a.shape, dtype_name(a.dtype), data=a)
+
+
+@impl("Pad")
+def _pad(node, ins):
+    x = ins[0]
+    pads = _ints(ins[1])
+    value = _scalar(ins, 2, 0.0)
+    axes = [a % x.ndim for a in _ints(ins[3])] if len(ins) > 3 and ins[3] is not None else list(range(x.ndim))
+    width = [(0, 0)] * x.ndim
+    for i, a in enumerate(axes):
+        width[a] = (pads[i], pads[i + len(axes)])
+    grown = np.pad(x, [(max(b, 0), max(e, 0)) for b, e in width], constant_values=np.asarray(value).astype(x.dtype))
+    crop = tuple(slice(max(-b, 0), grown.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(width))
+    return [grown[crop]]
+
+
+@impl("Resize")
+def _resize(node, ins):
+    x = ins[0]
+    shape, scales = resize_plan(node, [_shaped(t) for t in ins])
+    mode = node.attrs.get("coordinate_transformation_mode", "half_pixel")
+    nearest = node.attrs.get("nearest_mode", "round_prefer_floor")
+    for axis, (size, scale) in enumerate(zip(shape, scales)):
+        if size != x.shape[axis] or scale != 1.0:
+            x = np.take(x, nearest_indices(x.shape[axis], size, scale, mode, nearest), axis=axis)
+    return [x]
+
+
+@impl("Gather")
+def _gather(node, ins):
+    return [np.take(ins[0], np.asarray(ins[1], np.int64), axis=node.attrs.get("axis", 0))]
+
+
+@impl("ConstantOfShape")
+def _constant_of_shape(node, ins):
+    dtype = DTYPES[node.attrs.get("dtype", "float32")]
+    return [np.full(_ints(ins[0]), node.attrs.get("value", 0), dtype=dtype)]
+
+
+@impl("Range")
+def _range(node, ins):
+    start, limit, delta = (np.asarray(t).ravel()[0] for t in ins)
+    n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    return [start + np.arange(n, dtype=np.asarray(ins[0]).dtype) * delta]

@@ -1,0 +1,50 @@
+"""Shared fixtures: temporary copies of the repository, SCons runs, compiled models."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE_LINE = re.compile(r"^kiln (\w+) (\S+)$")
+
+
+def project_files() -> list[Path]:
+    """The files a clean clone has (tracked, plus new files not ignored), relative to the root."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True)
+    return [Path(p) for p in out.stdout.decode().split("\0") if p and (ROOT / p).is_file()]
+
+
+def copy_repo(dest: Path, models: tuple[str, ...]) -> Path:
+    """Copy the project into `dest`, keeping only the named model folders."""
+    for rel in project_files():
+        if rel.parts[0] == "models" and rel.parts[1] not in models:
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target)
+    return dest
+
+
+def scons(repo: Path, *args: str, check: bool = True) -> tuple[list[tuple[str, str]], str]:
+    """Run scons in `repo`; returns the (stage, model) actions it ran and the whole log."""
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", *args], cwd=repo, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    if check and proc.returncode != 0:
+        raise AssertionError(f"scons {' '.join(args)} failed ({proc.returncode}):\n{log}")
+    actions = [m.groups() for line in log.splitlines() if (m := STAGE_LINE.match(line.strip()))]
+    return actions, log
+
+
+@pytest.fixture
+def make_repo(tmp_path):
+    """make_repo(models=(...), name="repo") -> a fresh copy of the project in a temp folder."""
+
+    def make(models: tuple[str, ...] = ("tiny_cnn", "tiny_resnet"), name: str = "repo") -> Path:
+        return copy_repo(tmp_path / name, models)
+
+    return make

@@ -1,0 +1,108 @@
+"""Every model in models/: compiled, built with strict flags and sanitizers, run bit-exact with the reference."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT
+from toolchain import host
+from toolchain.check import reference_outputs, seeded_inputs
+from toolchain.cli import main as kiln
+from toolchain.ir import load
+from toolchain.runio import dequantize_outputs, quantize_inputs
+
+MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
+PYTORCH_MODELS = [m for m in MODELS if (ROOT / "models" / m / "model.py").exists()]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    cache: dict[str, Path] = {}
+
+    def get(model: str) -> Path:
+        if model not in cache:
+            out = tmp_path_factory.mktemp(model)
+            assert kiln(["compile", str(ROOT / "models" / model), "-o", str(out)]) == 0
+            cache[model] = out
+        return cache[model]
+
+    return get
+
+
+def sanitized_program(out: Path, model: str) -> Path:
+    source = out / f"{model}.c"
+    return host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], out / "asan_model", sanitize=True)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_generated_c_is_bit_exact_with_reference_under_sanitizers(compiled, model):
+    out = compiled(model)
+    quantized, planned = load(out / "quantized.kir"), load(out / "planned.kir")
+    samples = quantize_inputs(quantized, seeded_inputs(quantized, out / "calibration.npz", count=12))
+    got = host.run_executable(sanitized_program(out, model), planned, samples)
+    want = reference_outputs(quantized, samples)
+    for i, (g, w) in enumerate(zip(got, want)):
+        for a, b in zip(g, w):
+            assert a.dtype == b.dtype and np.array_equal(a, b), f"sample {i}: C {a.ravel()[:8]} != reference {b.ravel()[:8]}"
+
+
+def load_model_py(model: str):
+    path = ROOT / "models" / model / "model.py"
+    spec = importlib.util.spec_from_file_location(f"kiln_test_{model}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+@pytest.mark.parametrize("model", PYTORCH_MODELS)
+def test_int8_output_is_close_to_pytorch_float(compiled, model):
+    """Bound: every dequantized output within 3 output quantization steps + 5% of the output range of float PyTorch."""
+    out = compiled(model)
+    quantized, planned = load(out / "quantized.kir"), load(out / "planned.kir")
+    floats = seeded_inputs(quantized, out / "calibration.npz", count=10)
+    exe = host.build_executable([out / f"{model}.c"], [host.model_prefix(out / f"{model}.h")], out / "host_model")
+    got = dequantize_outputs(planned, host.run_executable(exe, planned, quantize_inputs(quantized, floats)))
+    module = load_model_py(model)
+    net = module.model().eval()
+    for sample, result in zip(floats, got):
+        with torch.no_grad():
+            ref = net(*[torch.from_numpy(np.asarray(a, np.float32)) for a in sample])
+        ref = ref.numpy() if isinstance(ref, torch.Tensor) else ref[0].numpy()
+        step = quantized.tensors[quantized.outputs[0]].quant.scale[0]
+        bound = 3 * step + 0.05 * float(np.ptp(ref) or 1.0)
+        assert np.max(np.abs(result[0] - ref)) <= bound
+
+
+def test_strict_warning_flags_compile_every_generated_file(compiled):
+    for model in MODELS:
+        out = compiled(model)
+        proc = subprocess.run(["gcc", *host.STRICT_FLAGS, "-I", str(host.RUNTIME), "-I", str(out), "-c", str(out / f"{model}.c"), "-o", str(out / "strict.o")],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_kiln_run_round_trip(compiled, tmp_path):
+    out = compiled("tiny_cnn")
+    quantized = load(out / "quantized.kir")
+    x = np.stack([s[0] for s in seeded_inputs(quantized, None, count=3, seed=7)])
+    np.save(tmp_path / "x.npy", x)
+    assert kiln(["run", str(out), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")]) == 0
+    y = np.load(tmp_path / "y.npy")
+    assert y.shape == (3,) + quantized.tensors[quantized.outputs[0]].shape and y.dtype == np.float32
+    np.save(tmp_path / "x1.npy", x[1])
+    assert kiln(["run", str(out), "--input", str(tmp_path / "x1.npy"), "--output", str(tmp_path / "y1.npy")]) == 0
+    assert np.array_equal(np.load(tmp_path / "y1.npy"), y[1])
+    raw = quantize_inputs(quantized, [[x[1]]])[0][0]
+    np.save(tmp_path / "r.npy", raw)
+    assert kiln(["run", str(out), "--raw", "--input", str(tmp_path / "r.npy"), "--output", str(tmp_path / "r_out.npy")]) == 0
+    assert np.array_equal(np.load(tmp_path / "r_out.npy"), reference_outputs(quantized, [[raw]])[0][0])
