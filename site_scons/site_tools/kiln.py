@@ -78,7 +78,7 @@ def kiln_program(env, target: str, models: list[dict], build_root: str):
     """A host program linking `models` with the runtime, the kernel stubs and the harness."""
     runtime_objs = env.KilnRuntimeObjects(build_root)
     table = env.Command(f"{target}_models.c", [env.Value(model_table([m['prefix'] for m in models]))],
-                        SCons.Action.Action(_model_table_action, "kiln table $TARGET"),
+                        SCons.Action.Action(_model_table_action, "model table $TARGET"),
                         KILN_PREFIXES=[m["prefix"] for m in models])
     table_obj = env.Object(table, CPPPATH=[env.Dir(str(RUNTIME))])
     objs = [m["object"] for m in models]
