@@ -1,0 +1,66 @@
+/* Portable broadcasting binary kernels: int8 add/sub/mul (TFLite arithmetic)
+ * and float add/sub/mul/div. */
+#include "kiln_kernels.h"
+#include "kiln_stub_math.h"
+
+/* Walks the 4-D output; runs `body` with out_index and the element offsets ai, bi of a and b. */
+#define KILN_BROADCAST_LOOP(p, body)                                                                         \
+    do {                                                                                                     \
+        int32_t i0, i1, i2, i3, out_index = 0;                                                               \
+        for (i0 = 0; i0 < (p)->d0; i0++) {                                                                   \
+            for (i1 = 0; i1 < (p)->d1; i1++) {                                                               \
+                for (i2 = 0; i2 < (p)->d2; i2++) {                                                           \
+                    for (i3 = 0; i3 < (p)->d3; i3++) {                                                       \
+                        const int32_t ai = i0 * (p)->a_s0 + i1 * (p)->a_s1 + i2 * (p)->a_s2 + i3 * (p)->a_s3; \
+                        const int32_t bi = i0 * (p)->b_s0 + i1 * (p)->b_s1 + i2 * (p)->b_s2 + i3 * (p)->b_s3; \
+                        body;                                                                                \
+                        out_index++;                                                                         \
+                    }                                                                                        \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    } while (0)
+
+static int8_t kiln_add_sub_s8_one(const kiln_add_s8_params_t *p, int32_t a, int32_t b, int subtract)
+{
+    const int32_t sa = kiln_requantize(kiln_wrap_s32((uint32_t)(a + p->a_offset) << p->left_shift), p->a_mult, p->a_shift);
+    const int32_t sb = kiln_requantize(kiln_wrap_s32((uint32_t)(b + p->b_offset) << p->left_shift), p->b_mult, p->b_shift);
+    const int32_t raw = subtract ? sa - sb : sa + sb;
+    return kiln_output_s8(kiln_requantize(raw, p->out_mult, p->out_shift), p->out_zp, p->act_min, p->act_max);
+}
+
+void kiln_add_s8(const kiln_add_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
+{
+    KILN_BROADCAST_LOOP(p, y[out_index] = kiln_add_sub_s8_one(p, a[ai], b[bi], 0));
+}
+
+void kiln_sub_s8(const kiln_sub_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
+{
+    KILN_BROADCAST_LOOP(p, y[out_index] = kiln_add_sub_s8_one(p, a[ai], b[bi], 1));
+}
+
+void kiln_mul_s8(const kiln_mul_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
+{
+    KILN_BROADCAST_LOOP(p, {
+        const int32_t prod = (a[ai] + p->a_offset) * (b[bi] + p->b_offset);
+        y[out_index] = kiln_output_s8(kiln_requantize(prod, p->out_mult, p->out_shift), p->out_zp, p->act_min,
+                                      p->act_max);
+    });
+}
+
+#define KILN_BINARY_F32(name, expr)                                                                   \
+    void name(const kiln_add_f32_params_t *p, const float *a, const float *b, float *y)              \
+    {                                                                                                \
+        const float lo = kiln_f32_from_bits(p->act_min_bits);                                        \
+        const float hi = kiln_f32_from_bits(p->act_max_bits);                                        \
+        KILN_BROADCAST_LOOP(p, {                                                                     \
+            const float av = a[ai];                                                                  \
+            const float bv = b[bi];                                                                  \
+            y[out_index] = kiln_clamp_f32_value(expr, lo, hi);                                       \
+        });                                                                                          \
+    }
+
+KILN_BINARY_F32(kiln_add_f32, av + bv)
+KILN_BINARY_F32(kiln_sub_f32, av - bv)
+KILN_BINARY_F32(kiln_mul_f32, av * bv)
+KILN_BINARY_F32(kiln_div_f32, av / bv)

@@ -1,0 +1,547 @@
+"""The C kernels in firmware_stubs/ against the reference executor.
+
+Each case is a seeded random single-node graph: quantized graphs are lowered
+and run on the C kernels (built with UBSan, output buffers guarded), and must
+equal the int8 reference bit for bit; float graphs must match the float64
+reference within FLOAT_RTOL/FLOAT_ATOL (float32 accumulation). The header is
+checked against the lowering's ABI table, and the stubs compile warning-free
+under strict C99.
+"""
+import ctypes
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kernel_harness import RUNTIME, STRICT_FLAGS, STUBS, act, build_library, q, random_int8, run_lowered, single_node
+from toolchain.errors import KilnError
+from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
+from toolchain.ir.ops import pool_out
+from toolchain.ir.serialize import dumps, loads
+from toolchain.ir.verify import verify
+from toolchain.lower import lower
+from toolchain.lower.abi import KERNELS
+from toolchain.reference import float_ops  # noqa: F401  (registers the float implementations)
+from toolchain.reference.executor import FLOAT_IMPLS, run
+from toolchain.reference.int8 import INT8_IMPLS
+
+CASES = int(os.environ.get("KILN_KERNEL_CASES", "12"))
+FLOAT_RTOL, FLOAT_ATOL = 1e-5, 1e-5
+CONFIG = {"profile": "portable"}
+
+
+# -- seeded random single-node graphs ------------------------------------------------
+ACTS = [(-math.inf, math.inf), (0.0, math.inf), (0.0, 6.0), (-1.0, 1.0)]
+
+
+def _zp(rng) -> int:
+    return int(rng.choice([-128, 127, 0, int(rng.integers(-128, 128))]))
+
+
+def _scale(rng, lo: float = 0.005, hi: float = 0.05) -> float:
+    return float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+
+
+def _qact(rng, name, shape, dtype) -> Tensor:
+    return act(name, shape, q(_scale(rng), _zp(rng)) if dtype == "int8" else None, dtype)
+
+
+def _feed(rng, t: Tensor) -> np.ndarray:
+    if t.dtype == "int8":
+        return random_int8(rng, t.shape)
+    return rng.uniform(-2, 2, size=t.shape).astype(np.float32)
+
+
+CALIBRATED = {"conv2d", "depthwise_conv2d", "fully_connected", "add", "sub", "mul",
+              "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp"}
+
+
+def _graph(rng, op, inputs, outputs, attrs) -> tuple[Graph, dict[str, np.ndarray]]:
+    g = single_node(op, inputs, outputs, attrs)
+    feeds = {name: _feed(rng, g.tensors[name]) for name in g.inputs}
+    if op in CALIBRATED and g.tensors[g.outputs[0]].dtype == "int8":
+        _calibrate(rng, g, feeds)
+    return g, feeds
+
+
+def _real(g: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndarray:
+    """The real value of an int8 input (or an int32 bias at input scale x weight scale)."""
+    t = g.tensors[name]
+    v = values[name].astype(np.float64)
+    if t.dtype == "int32":  # bias
+        x, w = g.tensors[g.nodes[0].inputs[0]], g.tensors[g.nodes[0].inputs[1]]
+        return v * x.quant.scale[0] * np.asarray(w.quant.scale)
+    shape = [1] * len(t.shape)
+    if t.quant.axis is not None:
+        shape[t.quant.axis] = -1
+    return (v - np.asarray(t.quant.zero_point).reshape(shape)) * np.asarray(t.quant.scale).reshape(shape)
+
+
+def _calibrate(rng, g: Graph, feeds: dict[str, np.ndarray]) -> None:
+    """Give the output the range of the real result (as a calibrating quantizer would), sometimes too narrow."""
+    node = g.nodes[0]
+    values = {**{k: t.data for k, t in g.tensors.items() if t.is_constant}, **feeds}
+    y = FLOAT_IMPLS[node.op](node, [_real(g, i, values) for i in node.inputs])[0]
+    lo, hi = min(float(np.min(y)), 0.0), max(float(np.max(y)), 0.0)
+    scale = max(hi - lo, 0.05) / float(rng.uniform(200, 255))
+    if rng.random() < 0.1:
+        scale *= float(rng.uniform(0.05, 0.5))  # a narrow range: exercise saturation
+    zp = int(np.clip(round(-128 - lo / scale), -128, 127))
+    out = g.tensors[g.outputs[0]]
+    g.tensors[out.name] = out.copy(quant=QuantParams((scale,), (zp,)))
+
+
+def _act_attrs(rng) -> dict:
+    lo, hi = ACTS[0] if rng.random() < 0.5 else ACTS[int(rng.integers(1, len(ACTS)))]
+    return {"act_min": lo, "act_max": hi}
+
+
+def _window(rng, size_range=(1, 8), k_range=(1, 3)):
+    """Random spatial sizes, kernel, strides, dilations, pads with a valid (>= 1) output."""
+    while True:
+        h, w = (int(v) for v in rng.integers(*size_range, size=2, endpoint=True))
+        kh, kw = (int(v) for v in rng.integers(*k_range, size=2, endpoint=True))
+        strides = [int(v) for v in rng.integers(1, 3, size=2, endpoint=True)]
+        dil = [int(v) for v in rng.integers(1, 2, size=2, endpoint=True)]
+        pads = [int(rng.integers(0, kh)), int(rng.integers(0, kw)), int(rng.integers(0, kh)), int(rng.integers(0, kw))]
+        oh, ow = h + pads[0] + pads[2] - dil[0] * (kh - 1), w + pads[1] + pads[3] - dil[1] * (kw - 1)
+        if oh >= 1 and ow >= 1:
+            return h, w, kh, kw, strides, dil, pads
+
+
+def _weights(rng, shape, channel_axis, dtype) -> Tensor:
+    if dtype == "float32":
+        return Tensor("w", shape, "float32", data=rng.uniform(-1, 1, size=shape).astype(np.float32))
+    channels = shape[channel_axis]
+    per_channel = rng.random() < 0.7
+    base = _scale(rng, 1e-3, 0.02)
+    scales = tuple(base * _scale(rng, 0.2, 5.0) for _ in range(channels if per_channel else 1))
+    quant = QuantParams(scales, (0,) * len(scales), channel_axis if per_channel else None)
+    return Tensor("w", shape, "int8", quant=quant, data=random_int8(rng, shape))
+
+
+def _bias(rng, channels, dtype) -> Tensor:
+    if dtype == "float32":
+        return Tensor("b", (channels,), "float32", data=rng.uniform(-1, 1, channels).astype(np.float32))
+    bound = 2**30 if rng.random() < 0.1 else 2**15
+    return Tensor("b", (channels,), "int32", data=rng.integers(-bound, bound, channels).astype(np.int32))
+
+
+def _zero_bias(channels, dtype) -> Tensor:
+    return Tensor("b", (channels,), dtype if dtype == "float32" else "int32", data=np.zeros(channels))
+
+
+def conv_case(rng, dtype, op="conv2d"):
+    pointwise = op == "conv2d" and rng.random() < 0.3
+    h, w, kh, kw, strides, dil, pads = _window(rng)
+    if pointwise:
+        kh = kw = 1
+        strides, pads = [1, 1], [0, 0, 0, 0]
+    n, ic = int(rng.integers(1, 2, endpoint=True)), int(rng.choice([1, 2, 3, 5, 8]))
+    mult = int(rng.integers(1, 3, endpoint=True))
+    oc = ic * mult if op == "depthwise_conv2d" else int(rng.choice([1, 3, 4, 7]))
+    oh = pool_out(h, kh, strides[0], pads[0], pads[2], dil[0])
+    ow = pool_out(w, kw, strides[1], pads[1], pads[3], dil[1])
+    wt = _weights(rng, (1, kh, kw, oc), 3, dtype) if op == "depthwise_conv2d" else _weights(rng, (oc, kh, kw, ic), 0, dtype)
+    attrs = {"strides": strides, "dilations": dil, "pads": pads, **_act_attrs(rng)}
+    if op == "depthwise_conv2d":
+        attrs["depth_multiplier"] = mult
+    inputs = [_qact(rng, "x", (n, h, w, ic), dtype), wt] + ([_bias(rng, oc, dtype)] if rng.random() < 0.9 else [])
+    return _graph(rng, op, inputs, [_qact(rng, "y", (n, oh, ow, oc), dtype)], attrs)
+
+
+def fc_case(rng, dtype):
+    b, i, o = (int(v) for v in rng.integers(1, [3, 20, 10], endpoint=True))
+    w = _weights(rng, (o, i), 0, dtype)
+    if dtype == "int8" and rng.random() < 0.3:  # tiny accumulators: multipliers above 1 (positive shifts)
+        i = int(rng.integers(1, 3, endpoint=True))
+        w = Tensor("w", (o, i), "int8", quant=w.quant, data=rng.integers(-2, 2, (o, i), endpoint=True).astype(np.int8))
+    inputs = [_qact(rng, "x", (b, i), dtype), w, _bias(rng, o, dtype) if rng.random() < 0.5 else _zero_bias(o, dtype)]
+    return _graph(rng, "fully_connected", inputs, [_qact(rng, "y", (b, o), dtype)], _act_attrs(rng))
+
+
+def _broadcast_shapes(rng):
+    rank = int(rng.integers(1, 6, endpoint=True))
+    out = [int(v) for v in rng.integers(1, 5, size=rank, endpoint=True)]
+    if rank > 4:
+        return tuple(out), tuple(out)  # same shapes merge into one dimension
+    def operand():
+        dims = [d if rng.random() < 0.6 else 1 for d in out]
+        return tuple(dims[int(rng.integers(0, rank)):] if rng.random() < 0.3 else dims)
+    return operand(), operand()
+
+
+def binary_case(rng, dtype, op):
+    sa, sb = _broadcast_shapes(rng)
+    out = tuple(int(d) for d in np.broadcast_shapes(sa, sb))
+    g, feeds = _graph(rng, op, [_qact(rng, "a", sa, dtype), _qact(rng, "b", sb, dtype)], [_qact(rng, "y", out, dtype)], _act_attrs(rng))
+    if op == "div":
+        feeds["b"] = np.where(np.abs(feeds["b"]) < 0.5, 0.5, feeds["b"]).astype(np.float32)
+    return g, feeds
+
+
+def pool_case(rng, dtype, op):
+    h, w, kh, kw, strides, _, pads = _window(rng, k_range=(1, 3))
+    n, c = int(rng.integers(1, 2, endpoint=True)), int(rng.choice([1, 3, 4]))
+    x = _qact(rng, "x", (n, h, w, c), dtype)
+    oh, ow = pool_out(h, kh, strides[0], pads[0], pads[2]), pool_out(w, kw, strides[1], pads[1], pads[3])
+    y = act("y", (n, oh, ow, c), x.quant, dtype)
+    return _graph(rng, op, [x], [y], {"kernel": [kh, kw], "strides": strides, "pads": pads, **_act_attrs(rng)})
+
+
+def global_pool_case(rng, dtype):
+    n, h, w, c = (int(v) for v in rng.integers(1, [2, 9, 9, 6], endpoint=True))
+    x = _qact(rng, "x", (n, h, w, c), dtype)
+    return _graph(rng, "global_avg_pool", [x], [act("y", (n, 1, 1, c), x.quant, dtype)], {})
+
+
+def softmax_case(rng, dtype):
+    shape = tuple(int(v) for v in rng.integers(1, [3, 4, 40], endpoint=True))
+    x = act("x", shape, q(_scale(rng, 1e-2, 4.0), _zp(rng)) if dtype == "int8" else None, dtype)
+    y = act("y", shape, q(1 / 256, -128) if dtype == "int8" else None, dtype)
+    return _graph(rng, "softmax", [x], [y], {"beta": float(rng.choice([1.0, 0.5, 2.0]))})
+
+
+def elementwise_case(rng, dtype, op):
+    shape = tuple(int(v) for v in rng.integers(2, 8, size=int(rng.integers(1, 3, endpoint=True)), endpoint=True))
+    attrs = {"leaky_relu": {"alpha": 0.07}, "hardsigmoid": {"alpha": 0.2, "beta": 0.5}, "clamp": {"act_min": -0.5, "act_max": 0.75},
+             "gelu": {"approximate": str(rng.choice(["none", "tanh"]))}}.get(op, {})
+    x = act("x", shape, q(_scale(rng, 0.01, 0.06), _zp(rng)) if dtype == "int8" else None, dtype)
+    return _graph(rng, op, [x], [_qact(rng, "y", shape, dtype)], attrs)
+
+
+def quantize_case(rng, op):
+    shape = tuple(int(v) for v in rng.integers(1, 6, size=2, endpoint=True))
+    qp = q(_scale(rng, 1e-2, 1.0), _zp(rng))
+    if op == "quantize":
+        g, feeds = _graph(rng, op, [act("x", shape, None, "float32")], [act("y", shape, qp)], {"to": "int8"})
+        scale = g.tensors["y"].quant.scale[0]
+        halves = rng.integers(-600, 600, size=shape) * np.float32(scale) / 2  # many exact ties
+        feeds["x"] = np.where(rng.random(shape) < 0.5, halves, feeds["x"] * 100).astype(np.float32)
+        return g, feeds
+    return _graph(rng, op, [act("x", shape, qp)], [act("y", shape, None, "float32")], {})
+
+
+def concat_case(rng, dtype):
+    rank = int(rng.integers(1, 4, endpoint=True))
+    base = [int(v) for v in rng.integers(1, 4, size=rank, endpoint=True)]
+    axis = int(rng.integers(-rank, rank))
+    shared = q(_scale(rng), _zp(rng))
+    inputs = []
+    for i in range(int(rng.integers(2, 3, endpoint=True))):
+        shape = list(base)
+        shape[axis] = int(rng.integers(1, 3, endpoint=True))
+        quant = (shared if rng.random() < 0.5 else q(_scale(rng), _zp(rng))) if dtype == "int8" else None
+        inputs.append(act(f"x{i}", tuple(shape), quant, dtype))
+    out = list(base)
+    out[axis] = sum(t.shape[axis] for t in inputs)
+    return _graph(rng, "concat", inputs, [act("y", tuple(out), shared if dtype == "int8" else None, dtype)], {"axis": axis})
+
+
+def split_case(rng, dtype):
+    rank = int(rng.integers(1, 4, endpoint=True))
+    shape = [int(v) for v in rng.integers(1, 4, size=rank, endpoint=True)]
+    axis = int(rng.integers(0, rank))
+    shape[axis] = int(rng.integers(2, 6, endpoint=True))
+    cut = int(rng.integers(1, shape[axis]))
+    x = _qact(rng, "x", tuple(shape), dtype)
+    outs = []
+    for i, size in enumerate((cut, shape[axis] - cut)):
+        s = list(shape)
+        s[axis] = size
+        outs.append(act(f"y{i}", tuple(s), x.quant if dtype == "float32" or rng.random() < 0.5 else q(_scale(rng), _zp(rng)), dtype))
+    return _graph(rng, "split", [x], outs, {"axis": axis, "sizes": [cut, shape[axis] - cut]})
+
+
+def slice_case(rng, dtype):
+    rank = int(rng.integers(1, 4, endpoint=True))
+    shape = [int(v) for v in rng.integers(1, 5, size=rank, endpoint=True)]
+    starts, ends, steps, out = [], [], [], []
+    for d in shape:
+        step = int(rng.choice([1, 1, 2, -1, -2]))
+        a, b = sorted(int(v) for v in rng.integers(0, d, size=2, endpoint=False))
+        step = abs(step) if a == 0 else step  # normalization never emits an end below 0
+        s, e = (a, b + 1) if step > 0 else (b, a - 1)
+        starts.append(s), ends.append(e), steps.append(step), out.append(len(range(s, e, step)))
+    x = _qact(rng, "x", tuple(shape), dtype)
+    return _graph(rng, "slice", [x], [act("y", tuple(out), x.quant, dtype)], {"starts": starts, "ends": ends, "steps": steps})
+
+
+def transpose_case(rng, dtype):
+    rank = int(rng.integers(2, 6, endpoint=True))
+    shape = [int(v) for v in rng.integers(1, 4, size=rank, endpoint=True)]
+    if rank > 4:
+        shape[int(rng.integers(rank))] = 1
+        shape[-1] = 1
+    perm = [int(v) for v in rng.permutation(rank)]
+    x = _qact(rng, "x", tuple(shape), dtype)
+    return _graph(rng, "transpose", [x], [act("y", tuple(shape[p] for p in perm), x.quant, dtype)], {"perm": perm})
+
+
+def pad_case(rng, dtype):
+    rank = int(rng.integers(1, 4, endpoint=True))
+    shape = [int(v) for v in rng.integers(1, 4, size=rank, endpoint=True)]
+    pads = [int(v) if rng.random() < 0.6 else 0 for v in rng.integers(0, 3, size=2 * rank, endpoint=True)]
+    out = tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(shape))
+    x = _qact(rng, "x", tuple(shape), dtype)
+    return _graph(rng, "pad", [x], [act("y", out, x.quant, dtype)], {"pads": pads, "value": float(rng.choice([0.0, 0.5, -3.0]))})
+
+
+def resize_case(rng, dtype):
+    n, h, w, c = (int(v) for v in rng.integers(1, [2, 4, 4, 3], endpoint=True))
+    rows = [int(v) for v in rng.integers(0, h, size=int(rng.integers(1, 7)))]
+    cols = [int(v) for v in rng.integers(0, w, size=int(rng.integers(1, 7)))]
+    x = _qact(rng, "x", (n, h, w, c), dtype)
+    return _graph(rng, "resize_nearest", [x], [act("y", (n, len(rows), len(cols), c), x.quant, dtype)], {"rows": rows, "cols": cols})
+
+
+def reshape_case(rng, dtype):
+    shape = tuple(int(v) for v in rng.integers(1, 4, size=3, endpoint=True))
+    x = _qact(rng, "x", shape, dtype)
+    out = (shape[0] * shape[1], shape[2])
+    return _graph(rng, "reshape", [x], [act("y", out, x.quant, dtype)], {"shape": list(out)})
+
+GENERATORS = {
+    "conv2d": lambda rng, dt: conv_case(rng, dt, "conv2d"),
+    "depthwise_conv2d": lambda rng, dt: conv_case(rng, dt, "depthwise_conv2d"),
+    "fully_connected": fc_case,
+    **{op: (lambda op: lambda rng, dt: binary_case(rng, dt, op))(op) for op in ("add", "sub", "mul")},
+    **{op: (lambda op: lambda rng, dt: pool_case(rng, dt, op))(op) for op in ("max_pool2d", "avg_pool2d")},
+    "global_avg_pool": global_pool_case,
+    "softmax": softmax_case,
+    **{op: (lambda op: lambda rng, dt: elementwise_case(rng, dt, op))(op)
+       for op in ("sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp")},
+    "concat": concat_case,
+    "split": split_case,
+    "slice": slice_case,
+    "transpose": transpose_case,
+    "pad": pad_case,
+    "resize_nearest": resize_case,
+    "reshape": reshape_case,
+}
+FLOAT_ONLY = {"div": lambda rng, dt: binary_case(rng, dt, "div")}
+
+
+@pytest.fixture(scope="session")
+def lib(tmp_path_factory):
+    sanitize = os.environ.get("KILN_STUB_SANITIZE", "undefined")
+    return ctypes.CDLL(str(build_library(tmp_path_factory.mktemp("stubs"), sanitize)))
+
+
+def check_case(lib, graph, feeds, seed):
+    verify(graph, levels=("kernel",))
+    before = dumps(graph)
+    lowered = lower(graph, CONFIG)
+    assert dumps(graph) == before, "lower mutated its input"
+    got = run_lowered(lib, lowered, feeds, seed)
+    want = run(graph, feeds, table=INT8_IMPLS)
+    for name in graph.outputs:
+        if graph.tensors[name].dtype == "float32":
+            np.testing.assert_allclose(got[name], want[name], rtol=FLOAT_RTOL, atol=FLOAT_ATOL, err_msg=name)
+        else:
+            assert np.array_equal(got[name], want[name]), f"{name}: C {got[name].ravel()} != reference {want[name].ravel()}"
+    return lowered
+
+
+@pytest.mark.parametrize("op", sorted(GENERATORS))
+def test_int8_kernels_match_reference(lib, op):
+    for seed in range(CASES):
+        graph, feeds = GENERATORS[op](np.random.default_rng([seed, 8]), "int8")
+        check_case(lib, graph, feeds, seed)
+
+
+@pytest.mark.parametrize("op", sorted(set(GENERATORS) | set(FLOAT_ONLY)))
+def test_float_kernels_match_reference(lib, op):
+    for seed in range(CASES):
+        graph, feeds = {**GENERATORS, **FLOAT_ONLY}[op](np.random.default_rng([seed, 32]), "float32")
+        check_case(lib, graph, feeds, seed)
+
+
+@pytest.mark.parametrize("op", ["quantize", "dequantize"])
+def test_quantization_boundaries(lib, op):
+    for seed in range(CASES):
+        graph, feeds = quantize_case(np.random.default_rng([seed, 1]), op)
+        lowered = lower(graph, CONFIG)
+        got, want = run_lowered(lib, lowered, feeds, seed)["y"], run(graph, feeds, table=INT8_IMPLS)["y"]
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"seed {seed}"  # bit-exact, floats too
+
+
+def test_pointwise_conv_uses_fast_path(lib):
+    kernels = set()
+    for seed in range(30):
+        graph, feeds = conv_case(np.random.default_rng([seed, 8]), "int8", "conv2d")
+        kernels.add(check_case(lib, graph, feeds, seed).nodes[0].attrs["kernel"])
+    assert kernels == {"kiln_conv2d_s8", "kiln_conv2d_1x1_s8"}
+
+
+def test_concat_requantizes_through_its_own_kernel(lib):
+    kernels = set()
+    for seed in range(20):
+        graph, feeds = concat_case(np.random.default_rng([seed, 8]), "int8")
+        kernels |= {n.attrs["kernel"] for n in check_case(lib, graph, feeds, seed).nodes}
+    assert kernels == {"kiln_copy_part", "kiln_requantize_s8"}
+
+
+# -- the header ------------------------------------------------------------------------
+C_TYPES = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "any": "void"}
+
+
+def parse_header() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(struct type -> fields, function -> parameter declarations) of kiln_kernels.h."""
+    text = re.sub(r"/\*.*?\*/", "", (RUNTIME / "kiln_kernels.h").read_text(), flags=re.S)
+    structs = {}
+    for body, name in re.findall(r"typedef struct \{(.*?)\} (\w+);", text, flags=re.S):
+        fields = []
+        for decl in body.split(";"):
+            decl = decl.strip()
+            if decl:
+                assert decl.startswith("int32_t "), f"{name}: non-int32 field {decl!r}"
+                fields += [f.strip() for f in decl[len("int32_t "):].split(",")]
+        structs[name] = fields
+    for old, new in re.findall(r"typedef (\w+) (\w+);", text):
+        structs[new] = structs[old]
+    funcs = {name: [" ".join(p.split()) for p in params.split(",")] for name, params in re.findall(r"void (\w+)\((.*?)\);", text, flags=re.S)}
+    return structs, funcs
+
+
+def test_header_matches_lowering_abi():
+    structs, funcs = parse_header()
+    assert sorted(funcs) == sorted(KERNELS), "header and lowering declare different kernels"
+    for name, k in KERNELS.items():
+        assert structs[k.params_type] == list(k.fields), name
+        params = funcs[name]
+        assert params[0] == f"const {k.params_type} *p", name
+        pointers = [re.sub(r"\s*\w+$", "", p) for p in params[1:]]
+        want = [f"const {C_TYPES[t]} *" for t in k.inputs] + [f"{C_TYPES[t]} *" for t in k.outputs]
+        assert pointers == want, name
+
+
+def test_stubs_compile_strict_c99(tmp_path):
+    for opt in ("-O0", "-O2"):
+        for src in sorted(STUBS.glob("*.c")):
+            subprocess.run(["gcc", *STRICT_FLAGS, opt, f"-I{RUNTIME}", f"-I{STUBS}", "-c", str(src), "-o", str(tmp_path / "k.o")],
+                           check=True, capture_output=True, text=True)
+    probe = tmp_path / "probe.cc"
+    probe.write_text('#include "kiln_kernels.h"\nint main() { return 0; }\n')
+    subprocess.run(["g++", "-std=c++11", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{RUNTIME}", "-c", str(probe), "-o", str(tmp_path / "p.o")],
+                   check=True, capture_output=True, text=True)
+
+
+@pytest.mark.skipif(os.environ.get("KILN_UNDER_ASAN") == "1", reason="this is the AddressSanitizer run itself")
+def test_kernels_clean_under_address_sanitizer(tmp_path):
+    """Re-run the int8 and float sweeps with the library built for ASan+UBSan, in a child process."""
+    libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True).stdout.strip()
+    env = {**os.environ, "KILN_UNDER_ASAN": "1", "KILN_STUB_SANITIZE": "address,undefined", "KILN_KERNEL_CASES": "4",
+           "LD_PRELOAD": libasan, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k", "match_reference or boundaries"],
+                          env=env, capture_output=True, text=True, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+# -- the lower stage beyond single kernels ----------------------------------------------------
+def _network(rng) -> Graph:
+    """float x -> quantize -> conv -> max_pool -> depthwise -> add -> concat (requantizing) ->
+    global_avg_pool -> reshape (alias) -> fully_connected -> softmax -> dequantize."""
+    g = Graph("net")
+
+    def tensor(name, shape, quant=None, dtype="int8"):
+        return g.add_tensor(act(name, shape, quant, dtype)).name
+
+    def const(name, data, dtype, quant=None):
+        return g.add_tensor(Tensor(name, data.shape, dtype, quant=quant, data=data)).name
+
+    def wq(n, axis):
+        return QuantParams(tuple(float(s) for s in rng.uniform(0.002, 0.01, n)), (0,) * n, axis)
+
+    def node(name, op, ins, outs, **attrs):
+        g.nodes.append(Node(name, op, ins, outs, attrs))
+
+    x = tensor("x", (1, 6, 6, 3), dtype="float32")
+    node("q", "quantize", [x], [tensor("xq", (1, 6, 6, 3), q(0.02, 3))], to="int8")
+    node("conv", "conv2d", ["xq", const("w1", random_int8(rng, (4, 3, 3, 3)), "int8", wq(4, 0)),
+                            const("b1", rng.integers(-500, 500, 4).astype(np.int32), "int32")],
+         [tensor("c1", (1, 6, 6, 4), q(0.01, -128))], pads=[1, 1, 1, 1], act_min=0.0, act_max=6.0)
+    node("pool", "max_pool2d", ["c1"], [tensor("mp", (1, 3, 3, 4), q(0.01, -128))], kernel=[2, 2], strides=[2, 2])
+    node("dw", "depthwise_conv2d", ["mp", const("w2", random_int8(rng, (1, 3, 3, 4)), "int8", wq(4, 3))],
+         [tensor("d", (1, 3, 3, 4), q(0.004, 0))], pads=[1, 1, 1, 1])
+    node("add", "add", ["mp", "d"], [tensor("s", (1, 3, 3, 4), q(0.012, -30))])
+    node("cat", "concat", ["s", "mp"], [tensor("cat", (1, 3, 3, 8), q(0.012, -30))], axis=3)
+    node("gap", "global_avg_pool", ["cat"], [tensor("gap", (1, 1, 1, 8), q(0.012, -30))])
+    node("flat", "reshape", ["gap"], [tensor("flat", (1, 8), q(0.012, -30))], shape=[1, 8])
+    node("fc", "fully_connected", ["flat", const("w3", random_int8(rng, (5, 8)), "int8", wq(5, 0)),
+                                   const("b3", rng.integers(-300, 300, 5).astype(np.int32), "int32")],
+         [tensor("logits", (1, 5), q(0.02, 0))])
+    node("sm", "softmax", ["logits"], [tensor("p", (1, 5), q(1 / 256, -128))])
+    node("dq", "dequantize", ["p"], [tensor("y", (1, 5), dtype="float32")])
+    g.inputs, g.outputs = [x], ["y"]
+    return g
+
+
+def test_network_bit_exact_through_serialized_lowered_graph(lib):
+    outputs = set()
+    for seed in range(6):
+        rng = np.random.default_rng([seed, 99])
+        g = _network(rng)
+        verify(g, levels=("kernel",))
+        feeds = {"x": rng.uniform(-1, 1, (1, 6, 6, 3)).astype(np.float32)}
+        lowered = loads(dumps(lower(g, CONFIG)))
+        assert [n.name for n in lowered.nodes if n.op == "concat"] == ["cat/part0", "cat/part1"]
+        assert next(n for n in lowered.nodes if n.op == "reshape").attrs["kernel"] == ""
+        assert dumps(lower(g, CONFIG)) == dumps(lower(g, CONFIG)), "lowering is not deterministic"
+        got, want = run_lowered(lib, lowered, feeds, seed)["y"], run(g, feeds, table=INT8_IMPLS)["y"]
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        outputs.add(tuple(want.ravel().tolist()))
+    assert len(outputs) == 6  # the network is not degenerate
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_higher_ranks_merge_into_four_dimensions(lib, dtype):
+    rng = np.random.default_rng(4)
+    quant = q(0.1, 3) if dtype == "int8" else None
+    x = act("x", (2, 3, 2, 2, 3), quant, dtype)
+    cases = [
+        ("pad", (2, 4, 2, 2, 5), {"pads": [0, 1, 0, 0, 1, 0, 0, 0, 0, 1], "value": 0.0}),
+        ("slice", (1, 2, 2, 2, 3), {"starts": [1, 0, 0, 0, 0], "ends": [2, 3, 2, 2, 3], "steps": [1, 2, 1, 1, 1]}),
+        ("transpose", (3, 2, 2, 2, 3), {"perm": [1, 0, 2, 3, 4]}),
+        ("add", (2, 3, 2, 2, 3), {}),
+    ]
+    for op, shape, attrs in cases:
+        ins = [x, act("b", (1, 3, 1, 1, 3), quant, dtype)] if op == "add" else [x]
+        g = single_node(op, ins, [act("y", shape, quant, dtype)], attrs)
+        feeds = {t.name: (random_int8(rng, t.shape) if dtype == "int8" else rng.uniform(-1, 1, t.shape).astype(np.float32)) for t in ins}
+        check_case(lib, g, feeds, 0)
+
+
+def test_identity_transpose_is_an_alias():
+    g = single_node("transpose", [act("x", (1, 4, 1, 3), q(0.1, 0))], [act("y", (4, 1, 3, 1), q(0.1, 0))], {"perm": [1, 0, 3, 2]})
+    assert lower(g, CONFIG).nodes[0].attrs["kernel"] == ""
+
+
+def test_unknown_profile_names_the_known_ones():
+    g = single_node("reshape", [act("x", (2, 2), q(0.1, 0))], [act("y", (4,), q(0.1, 0))], {"shape": [4]})
+    with pytest.raises(KilnError, match="unknown kernels.profile 'cmsis'.*known: portable"):
+        lower(g, {"profile": "cmsis"})
+
+
+BAD_GRAPHS = {
+    "zero point 0": single_node("fully_connected", [act("x", (1, 2), q(0.1, 0)), Tensor("w", (1, 2), "int8", quant=QuantParams((0.1,), (4,)), data=np.ones((1, 2)))],
+                         [act("y", (1, 1), q(0.1, 0))], {}),
+    "scale 1/256": single_node("softmax", [act("x", (1, 3), q(0.1, 0))], [act("y", (1, 3), q(0.1, 0))], {}),
+    "entirely in padding": single_node("avg_pool2d", [act("x", (1, 2, 2, 1), q(0.1, 0))], [act("y", (1, 3, 3, 1), q(0.1, 0))],
+                                {"kernel": [1, 1], "strides": [1, 1], "pads": [1, 1, 0, 0]}),
+    "keeps its input's parameters": single_node("max_pool2d", [act("x", (1, 2, 2, 1), q(0.1, 0))], [act("y", (1, 1, 1, 1), q(0.2, 0))],
+                                         {"kernel": [2, 2], "strides": [2, 2]}),
+    "too large": single_node("mul", [act("a", (2,), q(1.0, 0)), act("b", (2,), q(1.0, 0))], [act("y", (2,), q(1e-10, 0))], {}),
+    "no kernel for this op": single_node("Relu", [act("x", (2,), dtype="float32")], [act("y", (2,), dtype="float32")], {}),
+}
+
+
+@pytest.mark.parametrize("reason", sorted(BAD_GRAPHS))
+def test_unsupported_patterns_name_the_node(reason):
+    g = BAD_GRAPHS[reason]
+    with pytest.raises(KilnError, match=rf"node 0 'n' \({g.nodes[0].op}\).*{re.escape(reason)}"):
+        lower(g, CONFIG)

@@ -1,0 +1,28 @@
+"""max_pool2d, avg_pool2d, global_avg_pool: int8 versions keep the input's quantization."""
+from __future__ import annotations
+
+from toolchain.ir.graph import Node
+from toolchain.lower.common import Site, Unsupported, four_d, require_same_quant
+
+
+def lower_pool(site: Site) -> list[Node]:
+    n, in_h, in_w, c = four_d(site.input(0).shape, "input")
+    _, out_h, out_w, _ = site.output().shape
+    kh, kw = site.attr("kernel")
+    sh, sw = site.attr("strides", [1, 1])
+    pt, pl, pb, pr = site.attr("pads", [0, 0, 0, 0])
+    if max(pt, pb) >= kh or max(pl, pr) >= kw:
+        raise Unsupported(f"pads {[pt, pl, pb, pr]} leave windows of kernel {[kh, kw]} entirely in padding")
+    geo = dict(n=n, in_h=in_h, in_w=in_w, c=c, out_h=out_h, out_w=out_w, k_h=kh, k_w=kw, stride_h=sh, stride_w=sw, pad_top=pt, pad_left=pl)
+    if not site.int8:
+        return [site.call(f"kiln_{site.node.op}_f32", [site.input(0).name], **geo, **site.act_bits())]
+    require_same_quant(site)
+    return [site.call(f"kiln_{site.node.op}_s8", [site.input(0).name], **geo, **site.act_range())]
+
+
+def lower_global_avg_pool(site: Site) -> list[Node]:
+    n, h, w, c = four_d(site.input(0).shape, "input")
+    if site.int8:
+        require_same_quant(site)
+    suffix = "s8" if site.int8 else "f32"
+    return [site.call(f"kiln_global_avg_pool_{suffix}", [site.input(0).name], n=n, hw=h * w, c=c)]
