@@ -18,7 +18,7 @@ from toolchain.ir import load
 from toolchain.runio import dequantize_outputs, quantize_inputs
 
 MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
-PYTORCH_MODELS = [m for m in MODELS if (ROOT / "models" / m / "model.py").exists()]
+SKELETON_MODELS = ["digits_cnn", "tiny_cnn", "tiny_resnet"]
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +64,12 @@ def load_model_py(model: str):
     return module
 
 
-@pytest.mark.parametrize("model", PYTORCH_MODELS)
+@pytest.mark.parametrize("model", SKELETON_MODELS)
 def test_int8_output_is_close_to_pytorch_float(compiled, model):
-    """Bound: every dequantized output within 3 output quantization steps + 5% of the output range of float PyTorch."""
+    """Bound: every dequantized output within 3 output quantization steps + 5% of the output range of float PyTorch.
+
+    (Deeper models are held to per-model SQNR floors instead, in test_accuracy.py.)
+    """
     out = compiled(model)
     quantized, planned = load(out / "quantized.kir"), load(out / "planned.kir")
     floats = seeded_inputs(quantized, out / "calibration.npz", count=10)

@@ -1,6 +1,7 @@
 """Float/int8 sample files for `kiln run`: .npy for one tensor, .npz by name; one sample or N stacked."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,7 @@ import numpy as np
 from toolchain.errors import KilnError
 from toolchain.ir.graph import Graph
 from toolchain.ir.serialize import write_atomic
+from toolchain.quantize.scheme import dequantize_array, quantize_array
 
 
 def read_samples(path: Path, graph: Graph) -> tuple[list[list[np.ndarray]], bool]:
@@ -56,9 +58,7 @@ def quantize_inputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[list[
             if t.dtype == "float32":
                 row.append(np.asarray(a, np.float32))
                 continue
-            scaled = np.asarray(a, np.float64) / t.quant.scale[0]
-            q = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5) + t.quant.zero_point[0]
-            row.append(np.clip(q, -128, 127).astype(np.int8))
+            row.append(quantize_array(a, t.quant))
         out.append(row)
     return out
 
@@ -69,15 +69,13 @@ def dequantize_outputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[li
         row = []
         for name, a in zip(graph.outputs, sample):
             q = graph.tensors[name].quant
-            row.append(np.asarray(a, np.float32) if q is None else ((a.astype(np.float64) - q.zero_point[0]) * q.scale[0]).astype(np.float32))
+            row.append(np.asarray(a, np.float32) if q is None else dequantize_array(a, q).astype(np.float32))
         out.append(row)
     return out
 
 
 def write_samples(path: Path, graph: Graph, samples: list[list[np.ndarray]], stacked: bool) -> None:
     per_output = [np.stack([s[i] for s in samples]) if stacked else samples[0][i] for i in range(len(graph.outputs))]
-    import io
-
     buf = io.BytesIO()
     if path.suffix == ".npz":
         np.savez(buf, **dict(zip(graph.outputs, per_output)))

@@ -68,7 +68,7 @@ def _broadcast(params: QuantParams, ndim: int) -> tuple[np.ndarray, np.ndarray]:
 def quantize_array(x: np.ndarray, params: QuantParams) -> np.ndarray:
     """float -> int8 as TFLite's AffineQuantize: zero_point + round(x / scale) in float32, clamped."""
     scale, zp = _broadcast(params, np.ndim(x))
-    q = round_half_away(np.asarray(x, np.float32) / scale).astype(np.int64) + zp
+    q = round_half_away(np.asarray(x, np.float32) / np.asarray(scale, np.float32)).astype(np.int64) + zp
     return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
 
 

@@ -114,8 +114,8 @@ def _split(node, ins):
 
 @impl("slice")
 def _slice(node, ins):
-    a = node.attrs
-    return [ins[0][tuple(slice(s, e, st) for s, e, st in zip(a["starts"], a["ends"], a["steps"]))]]
+    a = node.attrs  # explicit indices range(start, end, step) per dim: a negative end means "past index 0"
+    return [ins[0][np.ix_(*[np.arange(s, e, st) for s, e, st in zip(a["starts"], a["ends"], a["steps"])])]]
 
 
 @impl("pad")
