@@ -48,3 +48,20 @@ def make_repo(tmp_path):
         return copy_repo(tmp_path / name, models)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory):
+    """compiled(model) -> the `kiln compile` output folder of models/<model>, built once per session."""
+    from toolchain.cli import main as kiln
+
+    cache: dict[str, Path] = {}
+
+    def get(model: str) -> Path:
+        if model not in cache:
+            out = tmp_path_factory.mktemp(model)
+            assert kiln(["compile", str(ROOT / "models" / model), "-o", str(out)]) == 0
+            cache[model] = out
+        return cache[model]
+
+    return get

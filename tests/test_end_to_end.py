@@ -21,20 +21,6 @@ MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
 SKELETON_MODELS = ["digits_cnn", "tiny_cnn", "tiny_resnet"]
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    cache: dict[str, Path] = {}
-
-    def get(model: str) -> Path:
-        if model not in cache:
-            out = tmp_path_factory.mktemp(model)
-            assert kiln(["compile", str(ROOT / "models" / model), "-o", str(out)]) == 0
-            cache[model] = out
-        return cache[model]
-
-    return get
-
-
 def sanitized_program(out: Path, model: str) -> Path:
     source = out / f"{model}.c"
     return host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], out / "asan_model", sanitize=True)

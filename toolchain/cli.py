@@ -56,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--raw", action="store_true", help="read and write the int8 tensors instead of float")
     r.set_defaults(func=_cmd_run)
 
+    q = sub.add_parser("report", help="accuracy of a compiled model: per-layer SQNR of int8 against float, top-1 agreement")
+    q.add_argument("outdir", type=Path, help="a model's build folder or `kiln compile` output (normalized.kir, quantized.kir)")
+    q.add_argument("--samples", type=int, default=16, help="how many calibration samples (or seeded inputs) to compare on")
+    q.add_argument("--json", type=Path, help="also write the report as JSON")
+    q.set_defaults(func=_cmd_report)
+
     k = sub.add_parser("check", help="run every built model's host program against the reference executor")
     k.add_argument("build_root", type=Path, nargs="?", default=Path("build/host"))
     k.set_defaults(func=_cmd_check)
@@ -124,6 +130,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     raw = samples if args.raw else quantize_inputs(graph, samples)
     outs = host.run_executable(exe, graph, raw)
     write_samples(args.output, graph, outs if args.raw else dequantize_outputs(graph, outs), stacked)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from toolchain.check import seeded_inputs
+    from toolchain.ir import load
+    from toolchain.ir.serialize import write_atomic
+    from toolchain.quantize.report import format_report, report, to_json
+
+    normalized, quantized = load(args.outdir / "normalized.kir"), load(args.outdir / "quantized.kir")
+    rows = seeded_inputs(normalized, args.outdir / "calibration.npz", count=args.samples)
+    samples = {name: np.stack([row[i] for row in rows]) for i, name in enumerate(normalized.inputs)}
+    rep = report(normalized, quantized, samples)
+    print(format_report(rep))
+    if args.json:
+        write_atomic(args.json, to_json(rep).encode())
     return 0
 
 
