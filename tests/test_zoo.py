@@ -1,0 +1,266 @@
+"""The model zoo: the four MLPerf Tiny reference architectures, each as a model.py and in one more source form.
+
+For every zoo member: the import matches the source's own runtime (PyTorch
+eager, or onnxruntime for ONNX files), the imported graph has the reference
+architecture's parameter and multiply-accumulate counts, the compiled
+program run by `kiln run` equals the integer reference bit for bit, and that
+reference stays within stated bounds of the float model (of onnxruntime's
+own int8 execution for QDQ files). The exported variant files must
+re-generate byte for byte from their scripts.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from conftest import ROOT
+from toolchain import config as model_config
+from toolchain.check import reference_outputs
+from toolchain.cli import main as kiln
+from toolchain.frontends import import_model
+from toolchain.ir import load
+from toolchain.ir.graph import Graph
+from toolchain.reference.executor import run
+from toolchain.runio import dequantize_outputs, quantize_inputs
+
+MODELS = ROOT / "models"
+TEST_SEED = 3  # the model.py files use seeds 0-2 for weights, statistics and calibration
+SAMPLES = 16
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a reference architecture holds: conv/dense kernel elements, their biases (one per output
+    channel), batch-norm entries (scale, shift, mean and variance per channel) and multiply-accumulates."""
+
+    weights: int
+    biases: int
+    batch_norm: int
+    macs: int
+
+    @property
+    def keras_params(self) -> int:
+        """The parameter total Keras' model.summary() reports for the reference model."""
+        return self.weights + self.biases + self.batch_norm
+
+
+# Counted layer by layer from the MLPerf Tiny Keras reference models (every conv and dense layer has a bias).
+REFERENCE = {
+    "kws": Counts(weights=22_016, biases=588, batch_norm=2_304, macs=2_656_768),
+    "vww": Counts(weights=208_112, biases=2_738, batch_norm=10_944, macs=7_489_664),
+    "ic": Counts(weights=77_360, biases=346, batch_norm=960, macs=12_501_632),
+    "ad": Counts(weights=264_192, biases=1_672, batch_norm=4_128, macs=264_192),
+}
+# The rounded figures published for them, each checked within PUBLISHED_TOLERANCE: DS-CNN 2.7 M MACs
+# (Hello Edge's DS-CNN-S: 5.4 M operations); MobileNetV1-0.25 at 96x96 208k weights and 7.5 M MACs;
+# ResNet-8 78k parameters and 12.5 M MACs; FC-AutoEncoder 270k parameters and 0.264 M MACs.
+PUBLISHED = {
+    "kws": {"macs": 2.7e6},
+    "vww": {"weights": 208e3, "macs": 7.5e6},
+    "ic": {"keras_params": 78e3, "macs": 12.5e6},
+    "ad": {"keras_params": 270e3, "macs": 0.264e6},
+}
+PUBLISHED_TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class Member:
+    """A zoo folder: its task, the model.py folder it comes from, and what runs its source."""
+
+    name: str
+    task: str
+    base: str
+    runtime: str  # "torch" (model.py or .pt2), "onnx" (float ONNX) or "qdq" (QDQ ONNX)
+
+
+ZOO = (
+    Member("kws_dscnn", "kws", "kws_dscnn", "torch"),
+    Member("vww_mobilenet", "vww", "vww_mobilenet", "torch"),
+    Member("ic_resnet8", "ic", "ic_resnet8", "torch"),
+    Member("ad_autoencoder", "ad", "ad_autoencoder", "torch"),
+    Member("kws_dscnn_onnx", "kws", "kws_dscnn", "onnx"),
+    Member("ic_resnet8_pt2", "ic", "ic_resnet8", "torch"),
+    Member("vww_mobilenet_qdq", "vww", "vww_mobilenet", "qdq"),
+    Member("ad_autoencoder_qdq", "ad", "ad_autoencoder", "qdq"),
+)
+BY_NAME = {m.name: m for m in ZOO}
+# Files each variant's export.py writes.
+VARIANTS = {
+    "kws_dscnn_onnx": ("model.onnx", "calibration.npy"),
+    "ic_resnet8_pt2": ("model.pt2", "calibration.npy"),
+    "vww_mobilenet_qdq": ("model.onnx",),
+    "ad_autoencoder_qdq": ("model.onnx",),
+}
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Least agreement of the int8 reference with the float model over SAMPLES held-out inputs.
+
+    Seeded, untrained weights make the classifiers' readouts sensitive (their
+    pooled features differ little between inputs), so these bounds are looser
+    than a trained model would need; a systematic error (a wrong scale or
+    zero point, a misplaced rounding) still breaks them.
+    """
+
+    sqnr_db: float
+    top1: float | None  # None: not a classifier
+
+
+FIDELITY = {
+    "kws": Fidelity(sqnr_db=14.0, top1=0.8),
+    "vww": Fidelity(sqnr_db=9.0, top1=0.75),
+    "ic": Fidelity(sqnr_db=20.0, top1=0.9),
+    "ad": Fidelity(sqnr_db=30.0, top1=None),
+}
+# A QDQ file fixes every quantization parameter, so Kiln's int8 reference must track onnxruntime's int8
+# execution, which rounds each requantization in float: (largest, mean) output difference in output steps.
+# The deep MobileNet carries one-step rounding differences forward and grows them layer on layer.
+QDQ_STEPS = {"vww_mobilenet_qdq": (32, 10.0), "ad_autoencoder_qdq": (3, 0.5)}
+
+
+def load_module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"zoo_{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def model_py(folder: str) -> ModuleType:
+    return load_module(MODELS / folder / "model.py")
+
+
+def base_module(member: str) -> ModuleType:
+    """The model.py a zoo member comes from."""
+    return model_py(BY_NAME[member].base)
+
+
+def source_path(member: str) -> Path:
+    folder = MODELS / member
+    return folder / model_config.load(folder / "model.toml")["model"]["source"]
+
+
+@functools.cache
+def imported(member: str) -> Graph:
+    """The member's source through the import stage, with its model.toml inputs."""
+    folder = MODELS / member
+    return import_model(source_path(member), member, model_config.load(folder / "model.toml")["inputs"]).graph
+
+
+def held_out(member: str) -> np.ndarray:
+    """SAMPLES inputs of the member's task, (N, *input_shape), from a seed no model file uses."""
+    return base_module(member).samples(SAMPLES, TEST_SEED)
+
+
+def source_outputs(member: str, inputs: np.ndarray) -> np.ndarray:
+    """The first output for each input, as the source's own runtime computes it."""
+    m = BY_NAME[member]
+    if m.runtime == "torch":
+        path = source_path(member)
+        net = torch.export.load(path).module() if path.suffix == ".pt2" else base_module(member).model()
+        with torch.no_grad():
+            return np.stack([net(torch.from_numpy(x)).numpy() for x in inputs])
+    session = ort.InferenceSession(source_path(member), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return np.stack([session.run(None, {name: x})[0] for x in inputs])
+
+
+def graph_counts(graph: Graph) -> Counts:
+    """Kernel, bias and batch-norm entries and MACs of a source-level graph's Conv, Gemm and MatMul nodes."""
+    weights = biases = batch_norm = macs = 0
+    for node in graph.nodes:
+        if node.op in ("Conv", "Gemm", "MatMul"):
+            w, out = graph.tensors[node.inputs[1]], graph.tensors[node.outputs[0]]
+            assert w.data is not None, f"{node.name}: weights are not a constant"
+            weights += w.size
+            biases += graph.tensors[node.inputs[2]].size if len(node.inputs) > 2 and node.inputs[2] else 0
+            if node.op == "Conv":
+                per_output = math.prod(w.shape[1:])
+            elif node.op == "Gemm" and node.attrs.get("transA", 0):
+                per_output = graph.tensors[node.inputs[0]].shape[0]
+            else:
+                per_output = graph.tensors[node.inputs[0]].shape[-1]
+            macs += out.size * per_output
+        elif node.op == "BatchNormalization":
+            batch_norm += sum(graph.tensors[i].size for i in node.inputs[1:5])
+    return Counts(weights, biases, batch_norm, macs)
+
+
+def sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
+    return 10.0 * math.log10(float(np.sum(reference.astype(np.float64) ** 2)) / float(np.sum((reference - test) ** 2.0)))
+
+
+@pytest.mark.parametrize("member", [m.name for m in ZOO if m.runtime != "qdq"])
+def test_float_reference_of_import_matches_source(member):
+    graph = imported(member)
+    inputs = held_out(member)[:4]
+    want = source_outputs(member, inputs)
+    got = np.stack([run(graph, {graph.inputs[0]: x})[graph.outputs[0]] for x in inputs])
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(want))))
+
+
+@pytest.mark.parametrize("member", [m.name for m in ZOO])
+def test_counts_are_the_reference_architecture(member):
+    m = BY_NAME[member]
+    graph = imported(member)
+    got, ref = graph_counts(graph), REFERENCE[m.task]
+    keeps_batch_norm = any(n.op == "BatchNormalization" for n in graph.nodes)
+    assert keeps_batch_norm == (m.runtime == "torch")  # the ONNX exports fold batch norm into the layers
+    assert (got.weights, got.biases, got.macs) == (ref.weights, ref.biases, ref.macs)
+    assert got.batch_norm == (ref.batch_norm if keeps_batch_norm else 0)
+    measured = {"weights": got.weights, "macs": got.macs} | ({"keras_params": got.keras_params} if keeps_batch_norm else {})
+    for what, figure in PUBLISHED[m.task].items():
+        if what in measured:
+            assert abs(measured[what] - figure) <= PUBLISHED_TOLERANCE * figure, (what, measured[what], figure)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_variant_files_regenerate_byte_identically(variant, tmp_path):
+    folder = MODELS / variant
+    command = [sys.executable, str(folder / "export.py"), "--out", str(tmp_path)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in VARIANTS[variant]:
+        stale = f"models/{variant}/{name} differs from what export.py writes: re-run it"
+        assert (tmp_path / name).read_bytes() == (folder / name).read_bytes(), stale
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(VARIANTS[variant])
+
+
+@pytest.mark.parametrize("member", [m.name for m in ZOO])
+def test_kiln_run_matches_int8_reference_and_tracks_source(member, compiled, tmp_path):
+    out = compiled(member)
+    quantized = load(out / "quantized.kir")
+    floats = held_out(member)
+    raw = quantize_inputs(quantized, [[x] for x in floats])
+    np.save(tmp_path / "x.npy", np.stack([r[0] for r in raw]))
+    assert kiln(["run", str(out), "--raw", "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")]) == 0
+    got = np.load(tmp_path / "y.npy")
+    want = np.stack([r[0] for r in reference_outputs(quantized, raw)])
+    assert got.dtype == want.dtype == np.int8 and np.array_equal(got, want)
+
+    result = np.stack([d[0] for d in dequantize_outputs(quantized, [[g] for g in got])])
+    source = source_outputs(member, floats)
+    m = BY_NAME[member]
+    if m.runtime == "qdq":
+        steps = np.abs(result - source) / quantized.tensors[quantized.outputs[0]].quant.scale[0]
+        largest, mean = QDQ_STEPS[member]
+        assert steps.max() <= largest + 1e-3 and steps.mean() <= mean, (steps.max(), steps.mean())
+        return
+    bound = FIDELITY[m.task]
+    assert sqnr_db(source, result) >= bound.sqnr_db
+    if bound.top1 is not None:
+        top1 = np.mean(np.argmax(source.reshape(SAMPLES, -1), 1) == np.argmax(result.reshape(SAMPLES, -1), 1))
+        assert top1 >= bound.top1
