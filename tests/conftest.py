@@ -65,3 +65,11 @@ def compiled(tmp_path_factory):
         return cache[model]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def calibration(compiled):
+    """calibration(model) -> the model's calibration samples per input (its files, or calibration_data())."""
+    from toolchain.check import model_calibration
+
+    return lambda model: model_calibration(compiled(model), ROOT / "models" / model)

@@ -27,10 +27,10 @@ def sanitized_program(out: Path, model: str) -> Path:
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_generated_c_is_bit_exact_with_reference_under_sanitizers(compiled, model):
+def test_generated_c_is_bit_exact_with_reference_under_sanitizers(compiled, calibration, model):
     out = compiled(model)
     quantized, planned = load(out / "quantized.kir"), load(out / "planned.kir")
-    samples = quantize_inputs(quantized, seeded_inputs(quantized, out / "calibration.npz", count=12))
+    samples = quantize_inputs(quantized, seeded_inputs(quantized, calibration(model), count=12))
     got = host.run_executable(sanitized_program(out, model), planned, samples)
     want = reference_outputs(quantized, samples)
     for i, (g, w) in enumerate(zip(got, want)):
@@ -51,14 +51,14 @@ def load_model_py(model: str):
 
 
 @pytest.mark.parametrize("model", SKELETON_MODELS)
-def test_int8_output_is_close_to_pytorch_float(compiled, model):
+def test_int8_output_is_close_to_pytorch_float(compiled, calibration, model):
     """Bound: every dequantized output within 3 output quantization steps + 5% of the output range of float PyTorch.
 
     (Deeper models are held to per-model SQNR floors instead, in test_accuracy.py.)
     """
     out = compiled(model)
     quantized, planned = load(out / "quantized.kir"), load(out / "planned.kir")
-    floats = seeded_inputs(quantized, out / "calibration.npz", count=10)
+    floats = seeded_inputs(quantized, calibration(model), count=10)
     exe = host.build_executable([out / f"{model}.c"], [host.model_prefix(out / f"{model}.h")], out / "host_model")
     got = dequantize_outputs(planned, host.run_executable(exe, planned, quantize_inputs(quantized, floats)))
     module = load_model_py(model)

@@ -21,9 +21,24 @@ from toolchain.runio import quantize_inputs
 SAMPLES = 10
 
 
-def seeded_inputs(graph: Graph, calibration: Path | None, count: int = SAMPLES, seed: int = 0) -> list[list[np.ndarray]]:
-    """`count` float samples: calibration samples when there are enough, else seeded normal noise."""
-    data = dict(np.load(calibration)) if calibration and calibration.exists() else {}
+def model_calibration(build: Path, model_dir: Path | None) -> dict[str, np.ndarray]:
+    """The samples the model was calibrated with: its quant.calibration files, else calibration_data()."""
+    npz = build / "calibration.npz"
+    if model_dir is not None and (model_dir / "model.toml").exists():
+        from toolchain import config
+        from toolchain.quantize.calibration import load_calibration
+
+        cfg = config.load(model_dir / "model.toml")
+        if cfg["quant"]["mode"] != "none":
+            return load_calibration(load(build / "normalized.kir"), cfg["quant"], model_dir, npz)
+    return dict(np.load(npz)) if npz.exists() else {}
+
+
+def seeded_inputs(graph: Graph, calibration: Path | dict[str, np.ndarray] | None, count: int = SAMPLES, seed: int = 0) -> list[list[np.ndarray]]:
+    """`count` float samples: calibration samples (a dict, or an .npz path) when there are any, else seeded normal noise."""
+    if isinstance(calibration, Path):
+        calibration = dict(np.load(calibration)) if calibration.exists() else {}
+    data = calibration or {}
     rng = np.random.default_rng(seed)
     samples = []
     for i in range(count):
@@ -47,13 +62,13 @@ def reference_outputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[lis
     return outs
 
 
-def check_model(build: Path) -> dict:
+def check_model(build: Path, model_dir: Path | None = None) -> dict:
     name = build.name
     quantized, planned = load(build / "quantized.kir"), load(build / "planned.kir")
     exe = build / name
     if not exe.exists():
         raise KilnError(f"{exe}: no host program (build it with `scons {name}`)")
-    samples = quantize_inputs(quantized, seeded_inputs(quantized, build / "calibration.npz"))
+    samples = quantize_inputs(quantized, seeded_inputs(quantized, model_calibration(build, model_dir)))
     got = host.run_executable(exe, planned, samples)
     want = reference_outputs(quantized, samples)
     exact = sum(all(np.array_equal(g, w) for g, w in zip(gs, ws)) for gs, ws in zip(got, want))
@@ -61,11 +76,12 @@ def check_model(build: Path) -> dict:
     return {"model": name, "samples": len(samples), "bit_exact": exact, "arena_bytes": int(planned.meta["arena_size"]), "weight_bytes": weights}
 
 
-def check_all(root: Path) -> list[dict]:
+def check_all(root: Path, models: Path | None = None) -> list[dict]:
+    """Check every model built under `root`; `models` is the folder of model folders, for their calibration files."""
     builds = sorted(p.parent for p in root.glob("*/planned.kir"))
     if not builds:
         raise KilnError(f"{root}: no built models (run scons first)")
-    return [check_model(b) for b in builds]
+    return [check_model(b, models / b.name if models else None) for b in builds]
 
 
 def render(rows: list[dict]) -> str:

@@ -60,11 +60,19 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("outdir", type=Path, help="a model's build folder or `kiln compile` output (normalized.kir, quantized.kir)")
     q.add_argument("--samples", type=int, default=16, help="how many calibration samples (or seeded inputs) to compare on")
     q.add_argument("--json", type=Path, help="also write the report as JSON")
+    q.add_argument("--model-dir", type=Path, help="the model folder, for its calibration files (default: models/<name> if it exists)")
     q.set_defaults(func=_cmd_report)
 
     k = sub.add_parser("check", help="run every built model's host program against the reference executor")
     k.add_argument("build_root", type=Path, nargs="?", default=Path("build/host"))
+    k.add_argument("--models", type=Path, default=Path("models"), help="the folder of model folders (for calibration files)")
     k.set_defaults(func=_cmd_check)
+
+    n = sub.add_parser("new", help="start a model folder: the source copied in and a commented model.toml")
+    n.add_argument("name", help="the model's name (its folder under models/, its C symbol prefix)")
+    n.add_argument("--from", dest="source", type=Path, required=True, help="a model.py, .onnx or .pt2 file")
+    n.add_argument("--models-dir", type=Path, default=Path("models"), help="where model folders live (default: models)")
+    n.set_defaults(func=_cmd_new)
     return p
 
 
@@ -134,13 +142,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from toolchain.check import seeded_inputs
+    from toolchain.check import model_calibration, seeded_inputs
     from toolchain.ir import load
     from toolchain.ir.serialize import write_atomic
     from toolchain.quantize.report import format_report, report, to_json
 
     normalized, quantized = load(args.outdir / "normalized.kir"), load(args.outdir / "quantized.kir")
-    rows = seeded_inputs(normalized, args.outdir / "calibration.npz", count=args.samples)
+    model_dir = args.model_dir or Path("models") / args.outdir.resolve().name
+    calibration = model_calibration(args.outdir, model_dir if model_dir.exists() else None)
+    rows = seeded_inputs(normalized, calibration, count=args.samples)
     samples = {name: np.stack([row[i] for row in rows]) for i, name in enumerate(normalized.inputs)}
     rep = report(normalized, quantized, samples)
     print(format_report(rep))
@@ -149,10 +159,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_new(args: argparse.Namespace) -> int:
+    from toolchain.scaffold import new_model
+
+    folder = new_model(args.name, args.source, args.models_dir)
+    print(f"kiln: created {folder} (edit its model.toml, then `scons {args.name}`)", file=sys.stderr)
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from toolchain.check import check_all, render
 
-    rows = check_all(args.build_root)
+    rows = check_all(args.build_root, args.models)
     print(render(rows))
     return 0 if all(r["bit_exact"] == r["samples"] for r in rows) else 1
 
