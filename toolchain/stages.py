@@ -9,9 +9,12 @@ signature names exactly what affects its output.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import io
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
@@ -20,8 +23,13 @@ from toolchain.config import Key
 from toolchain.errors import KilnError
 from toolchain.ir import serialize
 
-# Modules every stage is built from (the IR, errors, config views, this table).
-COMMON_MODULES = ("toolchain/__init__.py", "toolchain/errors.py", "toolchain/config.py", "toolchain/stages.py", "toolchain/ir")
+# Modules every stage is built from: the entry point SCons runs (`python -m toolchain`), the IR,
+# errors, config views, this table, and every table's key declarations (a stage validates the
+# whole model.toml). `tests/test_scons_matrix.py` checks a stage imports nothing outside its list.
+COMMON_MODULES = ("toolchain/__init__.py", "toolchain/__main__.py", "toolchain/cli.py", "toolchain/errors.py",
+                  "toolchain/config.py", "toolchain/stages.py", "toolchain/ir", "toolchain/frontends/config.py",
+                  "toolchain/passes/config.py", "toolchain/quantize/config.py", "toolchain/lower/config.py",
+                  "toolchain/plan/config.py", "toolchain/codegen/config.py")
 
 
 @dataclass(frozen=True)
@@ -74,10 +82,10 @@ STAGES: tuple[Stage, ...] = (
           ("toolchain/quantize", "toolchain/numerics", "toolchain/reference"), "toolchain.stages:run_quantize"),
     Stage("lower", ("quantized.kir",), ("lowered.kir",), ("kernels",),
           ("toolchain/lower", "toolchain/numerics"), "toolchain.stages:run_lower"),
-    Stage("plan", ("lowered.kir",), ("planned.kir",), ("plan",),
-          ("toolchain/plan",), "toolchain.stages:run_plan"),
+    Stage("plan", ("lowered.kir",), ("planned.kir",), ("plan", "codegen"),
+          ("toolchain/plan", "toolchain/lz4.py"), "toolchain.stages:run_plan"),
     Stage("codegen", ("planned.kir",), ("{model}.c", "{model}.h"), ("codegen",),
-          ("toolchain/codegen",), "toolchain.stages:run_codegen"),
+          ("toolchain/codegen", "toolchain/lz4.py"), "toolchain.stages:run_codegen"),
 )
 BY_NAME = {s.name: s for s in STAGES}
 
@@ -94,7 +102,28 @@ _CONFIG_MODULES = {
 
 
 def config_schema() -> dict[str, dict[str, Key]]:
-    return {t: (importlib.import_module(m).CONFIG if m else {}) for t, m in _CONFIG_MODULES.items()}
+    return {t: (_config_module(m).CONFIG if m else {}) for t, m in _CONFIG_MODULES.items()}
+
+
+def _config_module(name: str) -> ModuleType:
+    """A table's key declarations, loaded without running its stage package's `__init__`.
+
+    Importing `toolchain.passes.config` the usual way would import the whole
+    `toolchain.passes` package, so every stage process would run (and its
+    build signature would have to include) every other stage's code.
+    """
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).resolve().parent.parent / (name.replace(".", "/") + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def stage(name: str) -> Stage:
@@ -110,9 +139,11 @@ def _graph(job: StageRun, artifact: str):
 
 def run_import(job: StageRun) -> dict[str, bytes]:
     from toolchain.frontends import import_model
+    from toolchain.frontends.config import depends_files
 
     source = job.model_dir / job.config["model"]["source"]
-    imported = import_model(source, job.model, job.config["inputs"])
+    depends = depends_files(job.model_dir, job.config["model"], str(job.model_dir / "model.toml"))
+    imported = import_model(source, job.model, job.config["inputs"], tuple(depends))
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v, np.float32) for k, v in sorted(imported.calibration.items())})
     return {"imported.kir": serialize.dumps(imported.graph), "calibration.npz": buf.getvalue()}
@@ -142,7 +173,8 @@ def run_lower(job: StageRun) -> dict[str, bytes]:
 def run_plan(job: StageRun) -> dict[str, bytes]:
     from toolchain.plan import plan
 
-    return {"planned.kir": serialize.dumps(plan(_graph(job, "lowered.kir"), job.config["plan"]))}
+    planned = plan(_graph(job, "lowered.kir"), job.config["plan"], lz4=job.config["codegen"]["lz4"])
+    return {"planned.kir": serialize.dumps(planned)}
 
 
 def run_codegen(job: StageRun) -> dict[str, bytes]:

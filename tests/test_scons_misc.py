@@ -1,0 +1,253 @@
+"""The SCons build as a user meets it: help, aliases, --debug=explain, -j determinism, killed
+builds, another repository adopting Kiln, the model.toml reference and `kiln new`."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import ROOT
+from onnx_models import small_cnn
+from scons_matrix import (ONNX_MODEL, TORCH_MODEL, Build, append, build_files, clone_snapshot, comment_line, fresh_clone,
+                          own_file, run_scons, set_key, shared_snapshot, stages)
+from toolchain import config
+from toolchain.check import reference_outputs
+from toolchain.cli import main as kiln
+from toolchain.errors import KilnError
+from toolchain.ir import load
+from toolchain.stages import STAGES, config_schema
+
+MODELS = (ONNX_MODEL, TORCH_MODEL)
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory) -> Path:
+    return shared_snapshot(tmp_path_factory)
+
+
+# -- what a user sees -------------------------------------------------------------------------
+def test_help_lists_models_targets_stages_and_options(snapshot, tmp_path):
+    repo = clone_snapshot(snapshot, tmp_path / "repo")
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-h"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert re.search(r"^Models: onnx_cnn, tiny_cnn$", text, re.M), text
+    for word in ("MODEL-STAGE", "target=cortex-m4", "--kiln-cache=DIR", "--kiln-cache-readonly", "KILN_CACHE",
+                 *(s.name for s in STAGES)):
+        assert word in text, word
+
+
+def test_model_and_stage_aliases_build_exactly_their_part(snapshot, tmp_path):
+    repo = fresh_clone(snapshot, tmp_path / "repo")
+    for st in STAGES:
+        actions, log, _ = run_scons(repo, f"{ONNX_MODEL}-{st.name}")
+        assert actions == {f"kiln {st.name} {ONNX_MODEL}"}, log
+    actions, log, _ = run_scons(repo, "-j2", ONNX_MODEL)
+    program = f"build/host/{ONNX_MODEL}/{ONNX_MODEL}"
+    objects = Build(snapshot).programs()[program]
+    assert actions == {f"table build/host/{ONNX_MODEL}/{ONNX_MODEL}_models.c", f"link {program}"} | {f"cc {o}" for o in objects}, log
+
+
+def test_explain_shows_the_config_text_and_the_module_that_changed(snapshot, tmp_path):
+    repo = clone_snapshot(snapshot, tmp_path / "repo")
+    set_key(repo / "models" / TORCH_MODEL / "model.toml", "plan", "alignment", 64)
+    module = own_file("plan", repo)
+    append(module, comment_line(module))
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "--debug=explain"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    reasons = explanations(proc.stdout)
+    rel = module.relative_to(repo).as_posix()
+    torch_plan = reasons[f"build/host/{TORCH_MODEL}/planned.kir"]
+    assert f"`{rel}' changed" in torch_plan
+    assert any('"alignment":16' in r and r.endswith("is no longer a dependency") for r in torch_plan), torch_plan
+    assert any('"alignment":64' in r and r.endswith("is a new dependency") for r in torch_plan), torch_plan
+    assert reasons[f"build/host/{ONNX_MODEL}/planned.kir"] == [f"`{rel}' changed"]
+
+
+def explanations(log: str) -> dict[str, list[str]]:
+    """`--debug=explain` output: target -> its reasons, one per line."""
+    out: dict[str, list[str]] = {}
+    target = None
+    for line in log.splitlines():
+        match = re.match(r"scons: rebuilding `(.+)' because(:| (.*))$", line)
+        if match:
+            target = match[1]
+            out[target] = [match[3]] if match[3] else []
+        elif target and line.startswith(" "):
+            out[target].append(line.strip())
+        else:
+            target = None
+    return out
+
+
+def test_j1_and_j2_build_the_same_bytes(snapshot, tmp_path):
+    repo = fresh_clone(snapshot, tmp_path / "repo")
+    run_scons(repo, "-j1")
+    serial, parallel = build_files(repo), build_files(snapshot)  # the snapshot is built with -j2
+    assert sorted(serial) == sorted(parallel)
+    assert [p for p in serial if serial[p] != parallel[p]] == []
+
+
+# -- interrupted builds ----------------------------------------------------------------------
+def stage_process(group: int, stage: str) -> str | None:
+    """The model whose `kiln stage <stage>` process is running in process group `group`, if any."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != group:
+                continue
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, ProcessLookupError):
+            continue
+        if argv[1:5] == ["-m", "toolchain", "stage", stage]:
+            return Path(argv[argv.index("--build-dir") + 1]).name
+    return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+@pytest.mark.parametrize("stage", [s.name for s in STAGES])
+def test_build_killed_during_a_stage_recovers(snapshot, tmp_path, stage, sig):
+    """Kill scons and its process group (as a terminal or CI runner does) while `stage` runs:
+    nothing half-written is left, the killed stage reruns, the result equals an uninterrupted build."""
+    repo = clone_snapshot(snapshot, tmp_path / "repo")
+    module = own_file(stage, repo)
+    append(module, comment_line(module))  # reruns `stage` for every model; its outputs do not change
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "SCons", "-Q", "-j1"], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen, killed = [], None
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith(f"kiln {stage} "):
+            while killed is None and proc.poll() is None:
+                killed = stage_process(proc.pid, stage)
+                time.sleep(0.002)
+            if killed:
+                os.killpg(proc.pid, sig)
+                break
+    seen += proc.stdout.readlines()
+    proc.wait(timeout=60)
+    assert killed and proc.returncode != 0, "".join(seen)
+    started = [line.split()[2] for line in seen if line.startswith(f"kiln {stage} ")]
+
+    expected = build_files(snapshot)
+    left = build_files(repo)
+    partial = [p for p in left if left[p] != expected.get(p)]
+    assert all(re.fullmatch(r"\..+\.tmp", Path(p).name) for p in partial), partial
+
+    # SIGINT lets scons record the stages that finished before it; after SIGKILL it records nothing.
+    finished = started[:started.index(killed)] if sig == signal.SIGINT else []
+    actions, log, _ = run_scons(repo, "-j1")
+    assert actions == stages([stage], [m for m in MODELS if m not in finished]), log
+    assert {p: data for p, data in build_files(repo).items() if p in expected} == expected
+    assert run_scons(repo)[0] == set()
+
+
+# -- another repository adopting Kiln -----------------------------------------------------------
+def test_external_repo_builds_its_own_firmware_and_runs_it(tmp_path):
+    repo = Path(shutil.copytree(ROOT / "examples/external_repo", tmp_path / "firmware"))
+    env = {**os.environ, "KILN_ROOT": str(ROOT)}
+    actions, log, _ = run_scons(repo, "-j2", env=env)
+    assert stages([s.name for s in STAGES], ["gesture"]) <= actions and "link build/gesture_app" in actions, log
+    proc = subprocess.run([str(repo / "build/gesture_app")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    scores = [int(v) for v in re.search(r"^scores:(.*)$", proc.stdout, re.M)[1].split()]
+    quantized = load(repo / "build/gesture/quantized.kir")
+    shape = quantized.tensors[quantized.inputs[0]].shape
+    sample = ((np.arange(int(np.prod(shape))) * 37) % 256 - 128).astype(np.int8).reshape(shape)
+    want = reference_outputs(quantized, [[sample]])[0][0].ravel()
+    assert scores == want.tolist()
+    assert f"class: {int(np.argmax(want))}" in proc.stdout
+    assert run_scons(repo, env=env)[0] == set()
+
+
+# -- model.toml: the reference page, errors, `kiln new` ---------------------------------------
+def test_model_toml_reference_is_generated_from_the_schema():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts/model_toml_doc.py")], capture_output=True, text=True, check=True)
+    assert (ROOT / "docs/model-toml.md").read_text() == proc.stdout, "regenerate: python scripts/model_toml_doc.py --write"
+    for table, keys in config_schema().items():
+        assert f"## `[{table}]`" in proc.stdout
+        assert all(f"| `{k}` |" in proc.stdout for k in keys)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("plan = 3\n", "'plan' must be a table"),
+    ("[inputs]\nx = 3\n", "inputs.x: expected a table"),
+    ("[inputs.x]\nshape = [1, 0]\n", "inputs.x.shape: expected a list of positive integers"),
+    ("[inputs.x]\nshape = [1]\ndtype = \"int8\"\n", "only 'float32' model inputs"),
+    ("[quant]\nobserverr = \"minmax\"\n", "did you mean 'quant.observer'"),
+    ("[quant]\ncalibration = [\"samples.csv\"]\n", "expects a list of .npy/.npz file paths"),
+    ("[plan]\nalignment = true\n", "plan.alignment: expected int, got bool"),
+    ("[codegen]\nprefix = \"9lives\"\n", "is not a C identifier"),
+    ("[normalize]\ninput_layout = \"nhwc\"\n", "is not one of 'source', 'NHWC'"),
+    ("[modle]\n", "did you mean 'model'"),
+])
+def test_config_errors_are_one_line_naming_file_and_key(tmp_path, text, fragment):
+    path = tmp_path / "model.toml"
+    path.write_text(text)
+    with pytest.raises(KilnError) as err:
+        config.load(path)
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message and fragment in message, message
+
+
+def test_scons_reports_a_bad_model_toml_in_one_line(snapshot, tmp_path):
+    repo = clone_snapshot(snapshot, tmp_path / "repo")
+    set_key(repo / "models" / TORCH_MODEL / "model.toml", "plan", "alignement", 8)
+    actions, log, status = run_scons(repo, check=False)
+    errors = [line for line in log.splitlines() if line.startswith("kiln: error:")]
+    assert status == 2 and actions == set() and "Traceback" not in log, log
+    assert len(errors) == 1 and "models/tiny_cnn/model.toml" in errors[0] and "did you mean 'plan.alignment'" in errors[0]
+
+
+def test_new_model_from_model_py(tmp_path):
+    source = ROOT / "models" / TORCH_MODEL / "model.py"
+    assert kiln(["new", "kws", "--from", str(source), "--models-dir", str(tmp_path)]) == 0
+    folder = tmp_path / "kws"
+    assert sorted(p.name for p in folder.iterdir()) == ["model.py", "model.toml"]
+    assert (folder / "model.py").read_bytes() == source.read_bytes()
+    text = (folder / "model.toml").read_text()
+    cfg = config.load(folder / "model.toml")
+    assert cfg == config.validate({}, "defaults")
+    for table, keys in config_schema().items():
+        for key in keys.values():
+            assert re.search(rf"^(# )?{key.name} = ", text, re.M), key.name
+
+
+def test_new_model_from_onnx_copies_external_data_and_lists_inputs(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    onnx.save(small_cnn(17), src / "net.onnx", save_as_external_data=True, location="net.weights", size_threshold=0)
+    assert kiln(["new", "vision", "--from", str(src / "net.onnx"), "--models-dir", str(tmp_path / "models")]) == 0
+    folder = tmp_path / "models/vision"
+    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx", "model.toml", "net.weights"]
+    cfg = config.load(folder / "model.toml")
+    assert cfg["model"]["source"] == "model.onnx"
+    assert "# [inputs.x]\n# shape = [batch, 3, 16, 16]\n" in (folder / "model.toml").read_text()
+    assert len(onnx.load(folder / "model.onnx").graph.initializer) == len(small_cnn(17).graph.initializer)
+
+
+@pytest.mark.parametrize("case", ["exists", "suffix", "missing", "name"])
+def test_new_model_refuses_bad_requests_in_one_line(tmp_path, capsys, case):
+    source = tmp_path / "model.py"
+    source.write_text("# a model\n")
+    (tmp_path / "models/taken").mkdir(parents=True)
+    (tmp_path / "models/taken/model.toml").write_text("# mine\n")
+    args = {"exists": ["taken", "--from", str(source)],
+            "suffix": ["other", "--from", str(tmp_path / "models/taken/model.toml")],
+            "missing": ["other", "--from", str(tmp_path / "nope.onnx")],
+            "name": ["../up", "--from", str(source)]}[case]
+    assert kiln(["new", *args, "--models-dir", str(tmp_path / "models")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("kiln: error:"), err
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["taken"]
+    assert (tmp_path / "models/taken/model.toml").read_text() == "# mine\n"
