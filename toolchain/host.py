@@ -12,11 +12,14 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from toolchain.errors import KilnError
+from toolchain.ir import serialize
 from toolchain.ir.graph import DTYPES, Graph
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,33 +50,56 @@ def model_table(prefixes: list[str]) -> str:
             f"const int kiln_model_count = {len(prefixes)};\n")
 
 
-def build_executable(model_sources: list[Path], prefixes: list[str], out: Path, sanitize: bool = False, cc: str | None = None) -> Path:
+def build_executable(model_sources: list[Path], prefixes: list[str], out: Path, sanitize: bool = False, cc: str | None = None,
+                     main: Path | None = None, object_cache: Path | None = None) -> Path:
     """Compile generated model sources into a host executable at `out`.
 
-    Rebuilds only when the inputs (sources, flags) changed: a content hash of
-    them is kept next to the executable.
+    `main` replaces the harness `runtime/host_main.c` (test programs drive
+    invoke themselves). Each source compiles to an object kept in
+    `object_cache` (default: `<out>.objects`) under a hash of its content,
+    the headers it can include and the flags, so the runtime and kernels
+    compile once per cache and only changed models recompile. The link is
+    skipped when nothing changed (a hash is kept next to the executable).
     """
     cc = cc or os.environ.get("CC", "gcc")
     flags = STRICT_FLAGS + ["-O2"] + (SANITIZE_FLAGS if sanitize else [])
-    table = out.with_name(out.name + "_models.c")
-    table_text = model_table(prefixes)
-    sources = list(model_sources) + runtime_sources() + [RUNTIME / "host_main.c"]
-    digest = hashlib.sha256("\0".join([cc, *flags, table_text]).encode())
-    for src in sources + [p for d in {s.parent for s in sources} for p in sorted(d.glob("*.h"))]:
-        digest.update(src.read_bytes())
-    stamp = out.with_name(out.name + ".sha256")
-    if out.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
-        return out
     if shutil.which(cc) is None:
         raise KilnError(f"C compiler {cc!r} not found")
-    table.write_text(table_text)
-    includes = sorted({f"-I{d}" for d in [RUNTIME, *(s.parent for s in model_sources)]})
-    cmd = [cc, *flags, *includes, *map(str, sources), str(table), "-o", str(out), "-lm"]
+    table = out.with_name(out.name + "_models.c")
+    serialize.write_atomic(table, model_table(prefixes).encode())
+    cache = object_cache or out.with_name(out.name + ".objects")
+    cache.mkdir(parents=True, exist_ok=True)
+    units = [(s, [RUNTIME, s.parent]) for s in model_sources]
+    units += [(s, [RUNTIME]) for s in runtime_sources() + [main or RUNTIME / "host_main.c", table]]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        objects = list(pool.map(lambda u: _object(cc, flags, u[0], u[1], cache), units))
+    digest = hashlib.sha256("\0".join([cc, *flags, *(o.name for o in objects)]).encode()).hexdigest()
+    stamp = out.with_name(out.name + ".sha256")
+    if out.exists() and stamp.exists() and stamp.read_text() == digest:
+        return out
+    _run_cc([cc, *flags, *map(str, objects), "-o", str(out), "-lm"], model_sources[0] if model_sources else out)
+    stamp.write_text(digest)
+    return out
+
+
+def _object(cc: str, flags: list[str], source: Path, include_dirs: list[Path], cache: Path) -> Path:
+    """`source` compiled to an object in `cache`, named by a hash of everything that affects it."""
+    digest = hashlib.sha256("\0".join([cc, *flags]).encode())
+    for path in [source, *(h for d in sorted(set(include_dirs + [source.parent])) for h in sorted(d.glob("*.h")))]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    obj = cache / f"{source.stem}-{digest.hexdigest()[:20]}.o"
+    if not obj.exists():
+        partial = obj.with_name(f"{obj.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        includes = [f"-I{d}" for d in dict.fromkeys(include_dirs)]
+        _run_cc([cc, *flags, *includes, "-c", str(source), "-o", str(partial)], source)
+        os.replace(partial, obj)
+    return obj
+
+
+def _run_cc(cmd: list[str], blame: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise KilnError(f"{model_sources[0]}: C compilation failed:\n{proc.stderr.strip()}")
-    stamp.write_text(digest.hexdigest())
-    return out
+        raise KilnError(f"{blame}: C compilation failed:\n{proc.stderr.strip()}")
 
 
 def run_executable(exe: Path, graph: Graph, samples: list[list[np.ndarray]], model: str | None = None, timeout: float = 120) -> list[list[np.ndarray]]:

@@ -3,6 +3,12 @@
 Every kernel is called the same way — `kernel(&params, inputs..., outputs...)`
 — so this stage knows no op: it emits constants, parameter structs and calls
 in schedule order, with arena/caller pointers from the plan.
+
+Constants the plan marked `lz4_bytes` are emitted as LZ4 blocks and
+decompressed (`runtime/kiln_lz4.c`) into the node's `lz4_scratch` offsets
+just before the call; inputs and outputs the plan put in the arena are
+copied in at the start of invoke and out at the end. Names from the model
+reach C only through `toolchain.codegen.names`.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import numpy as np
 from toolchain.codegen.names import c_identifier, c_text
 from toolchain.errors import KilnError
 from toolchain.ir.graph import Graph, Tensor
+from toolchain.lz4 import compress
 
 C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "uint8": "uint8_t", "float32": "float"}
 DTYPE_CODES = {"int8": "KILN_INT8", "float32": "KILN_FLOAT32"}
@@ -34,6 +41,15 @@ class Constant:
     ctype: str
     count: int
     body: str
+    nbytes: int  # bytes in flash
+
+
+@dataclass
+class Decompress:
+    blob: str
+    blob_bytes: int
+    offset: int
+    raw_bytes: int
 
 
 @dataclass
@@ -46,10 +62,15 @@ class Call:
     args: list[str]
     output: str
     output_bytes: int
+    decompress: list[Decompress]
 
 
 def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
     """Render the C source and header of `graph` for model `model`."""
+    _check_model_name(model)
+    if bool(config["lz4"]) != bool(graph.meta.get("lz4", 0)):
+        raise KilnError(f"model {model!r}: codegen.lz4 is {config['lz4']} but the graph was planned "
+                        f"{'with' if graph.meta.get('lz4') else 'without'} it; re-run the plan stage")
     prefix = config["prefix"] or c_identifier(model)
     constants, const_names = _constants(graph)
     calls = [_call(graph, i, n, const_names) for i, n in enumerate(graph.nodes) if n.attrs.get("kernel")]
@@ -60,20 +81,31 @@ def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
         "macro": prefix.upper(),
         "arena_size": int(graph.meta["arena_size"]),
         "alignment": int(graph.meta["alignment"]),
-        "weight_bytes": sum(graph.tensors[n].nbytes for n in const_names),
+        "weight_bytes": sum(c.nbytes for c in constants),
+        "lz4": bool(graph.meta.get("lz4", 0)),
         "section": config["weights_section"],
         "constants": constants,
         "calls": calls,
-        "inputs": [_io_info(graph.tensors[n]) for n in graph.inputs],
-        "outputs": [_io_info(graph.tensors[n]) for n in graph.outputs],
+        "inputs": [_io_info(graph, n, i) for i, n in enumerate(graph.inputs)],
+        "outputs": [_io_info(graph, n, i) for i, n in enumerate(graph.outputs)],
     }
     header = _ENV.get_template("model.h.j2").render(ctx)
     source = _ENV.get_template("model.c.j2").render(ctx, header=f"{model}.h")
     return {f"{model}.c": source.encode(), f"{model}.h": header.encode()}
 
 
+def _check_model_name(model: str) -> None:
+    """The model name becomes file names and an #include line: printable ASCII without quotes, slashes or '?'."""
+    if not model or any(not (" " <= ch <= "~") or ch in '"\\/?' for ch in model):
+        raise KilnError(f"model name {model!r}: use printable ASCII without quotes, slashes, backslashes or '?' "
+                        "(it names the generated files)")
+
+
 def _constants(graph: Graph) -> tuple[list[Constant], dict[str, str]]:
-    """Constants in order of first use, named by that order (never by model-file names)."""
+    """Constants in order of first use, named by that order (never by model-file names).
+
+    A constant the plan marked `lz4_bytes` is emitted as its LZ4 block (bytes).
+    """
     names: dict[str, str] = {}
     out = []
     for n in graph.nodes:
@@ -81,10 +113,23 @@ def _constants(graph: Graph) -> tuple[list[Constant], dict[str, str]]:
             continue
         for i in n.inputs:
             t = graph.tensors.get(i)
-            if t is not None and t.is_constant and i not in names:
-                names[i] = f"k_const{len(names)}"
-                out.append(Constant(names[i], _ctype(t, n.name), max(t.size, 1), _array_body(t.data)))
+            if t is None or not t.is_constant or i in names:
+                continue
+            names[i] = f"k_const{len(names)}"
+            if "lz4_bytes" in t.attrs:
+                blob = _lz4_block(t)
+                out.append(Constant(names[i], "uint8_t", len(blob), _array_body(np.frombuffer(blob, np.uint8)), len(blob)))
+            else:
+                out.append(Constant(names[i], _ctype(t, n.name), max(t.size, 1), _array_body(t.data), t.nbytes))
     return out, names
+
+
+def _lz4_block(t: Tensor) -> bytes:
+    blob = compress(t.data)
+    if len(blob) != int(t.attrs["lz4_bytes"]):
+        raise KilnError(f"constant {t.name!r}: LZ4 block is {len(blob)} bytes, the plan sized it "
+                        f"{t.attrs['lz4_bytes']}; plan and codegen ran with different lz4 libraries")
+    return blob
 
 
 def _ctype(t: Tensor, where: str) -> str:
@@ -144,10 +189,18 @@ def _root(graph: Graph, name: str) -> str:
 
 
 def _call(graph: Graph, index: int, node, const_names: dict[str, str]) -> Call:
-    args = []
-    for i in node.inputs:
+    scratch = list(node.attrs.get("lz4_scratch", [-1] * len(node.inputs)))
+    args, decompress = [], []
+    for i, offset in zip(node.inputs, scratch):
         t = graph.tensors[i]
-        args.append(const_names[i] if t.is_constant else _pointer(graph, i, const=True))
+        if not t.is_constant:
+            args.append(_pointer(graph, i, const=True))
+        elif offset >= 0:
+            args.append(f"(const {C_TYPES[t.dtype]} *)(arena + {offset})")
+            if all(d.offset != offset for d in decompress):
+                decompress.append(Decompress(const_names[i], int(t.attrs["lz4_bytes"]), int(offset), t.nbytes))
+        else:
+            args.append(const_names[i])
     args += [_pointer(graph, o, const=False) for o in node.outputs]
     out = graph.tensors[node.outputs[0]]
     return Call(
@@ -159,16 +212,23 @@ def _call(graph: Graph, index: int, node, const_names: dict[str, str]) -> Call:
         args=args,
         output=_pointer(graph, node.outputs[0], const=True),
         output_bytes=out.nbytes,
+        decompress=decompress,
     )
 
 
-def _io_info(t: Tensor) -> dict:
+def _io_info(graph: Graph, name: str, index: int) -> dict:
+    t = graph.tensors[name]
+    if t.dtype not in DTYPE_CODES:
+        raise KilnError(f"graph {graph.name!r}: input/output {name!r} is {t.dtype}; only int8 and float32 cross the model boundary")
     q = t.quant
+    in_arena = t.attrs.get("memory") == "arena"
     return {
+        "index": index,
         "name": c_text(t.name, 40),
-        "dtype": DTYPE_CODES.get(t.dtype, "KILN_INT8"),
+        "dtype": DTYPE_CODES[t.dtype],
         "shape": list(t.shape),
         "bytes": t.nbytes,
         "scale": repr(float(q.scale[0])) if q else "1.0",
         "zero_point": q.zero_point[0] if q else 0,
+        "offset": int(t.attrs["offset"]) if in_arena else -1,
     }

@@ -1,46 +1,104 @@
-"""The plan stage: buffer lifetimes over the schedule and arena offsets.
+"""The plan stage: a memory-aware schedule, buffer lifetimes and arena offsets.
 
-Reshape-like aliases (`kernel == ""`) share their input's storage, so a chain
-of aliases is one buffer. Graph inputs and outputs live in the caller's
-buffers unless `plan.io_in_arena` asks for them inside the arena. Every
-non-constant tensor gets a `memory` attribute ("arena", "input", "output")
-and an `offset`; the graph meta records the arena size, the lower bound (the
-largest sum of simultaneously live bytes) and the alignment.
+Reshape-like aliases (`kernel == ""`) share their input's storage, and
+element-wise kernels on the in-place allow-list write over an input that dies
+at them, so a chain of such tensors is one buffer. Graph inputs and outputs
+live in the caller's buffers unless `plan.io_in_arena` asks for them inside
+the arena. With `codegen.lz4`, each layer with compressed constants gets a
+scratch buffer live during that layer only.
+
+The stage tries several valid topological orders (`toolchain.plan.schedule`)
+and several placement heuristics (`toolchain.plan.offsets`) and keeps the
+smallest arena among the orders whose peak is no higher than the given
+order's. Every non-constant tensor gets a `memory` attribute ("arena",
+"input", "output") and an `offset`; the graph meta records the arena size,
+the lower bound (the largest sum of simultaneously live bytes over the chosen
+schedule), their ratio, the alignment, and which order and heuristic won.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from toolchain.errors import KilnError
 from toolchain.ir.graph import Graph
 from toolchain.plan.buffers import Buffer, buffers
-from toolchain.plan.offsets import place
+from toolchain.plan.offsets import Placement, place
+from toolchain.plan.schedule import candidate_orders
+from toolchain.plan.scratch import Scratch, plan_scratch
 
 
-def plan(graph: Graph, config: dict) -> Graph:
+@dataclass
+class _Candidate:
+    name: str
+    graph: Graph  # shares tensors and nodes with the stage's copy; only the node order differs
+    arena: list[Buffer]
+    all: list[Buffer]
+    bound: int
+    placement: Placement
+
+
+def plan(graph: Graph, config: dict, lz4: bool = False) -> Graph:
+    """Plan `graph`'s memory; `lz4` reserves scratch regions for compressed weights (`codegen.lz4`)."""
     g = graph.copy()
     align = int(config["alignment"])
-    bufs = buffers(g, bool(config["io_in_arena"]), align)
-    arena = [b for b in bufs if b.memory == "arena"]
-    size = place(arena, align)
-    bound = lower_bound(arena, len(g.nodes))
-    for b in bufs:
-        for name in b.tensors:
-            t = g.tensors[name]
-            t.attrs["memory"] = b.memory
-            t.attrs["offset"] = b.offset
-    g.meta.update({"arena_size": size, "lower_bound": bound, "alignment": align})
+    scratch = plan_scratch(g, align) if lz4 else Scratch({}, {}, {})
+    orders = candidate_orders(g) if config["reorder"] else [("given", list(range(len(g.nodes))))]
+    found = [_evaluate(g, name, order, config, scratch) for name, order in orders]
+    eligible = [k for k, c in enumerate(found) if c.bound <= found[0].bound]  # never a higher peak than given
+    best = found[min(eligible, key=lambda k: (found[k].placement.size, found[k].bound, k))]
+    g.nodes = best.graph.nodes
+    for b, offset in zip(best.arena, best.placement.offsets):
+        b.offset = offset
+    _annotate(g, best, scratch)
+    size = best.placement.size
+    g.meta.update({"arena_size": size, "lower_bound": best.bound, "alignment": align,
+                   "arena_ratio": round(size / best.bound, 4) if best.bound else 1.0,
+                   "schedule": best.name, "placement": best.placement.heuristic, "lz4": int(lz4)})
     budget = int(config["budget"])
     if budget and size > budget:
-        raise KilnError(over_budget(g, arena, size, budget))
+        raise KilnError(over_budget(g, best.arena, size, budget))
     return g
+
+
+def _evaluate(g: Graph, name: str, order: list[int], config: dict, scratch: Scratch) -> _Candidate:
+    scheduled = Graph(g.name, g.tensors, [g.nodes[i] for i in order], g.inputs, g.outputs, g.meta)
+    steps = {n.name: s for s, n in enumerate(scheduled.nodes)}
+    bufs = buffers(scheduled, bool(config["io_in_arena"]), int(config["alignment"]),
+                   in_place=bool(config["in_place"]),
+                   scratch={steps[node]: size for node, size in scratch.sizes.items()})
+    arena = [b for b in bufs if b.memory == "arena"]
+    bound = lower_bound(arena, len(scheduled.nodes))
+    return _Candidate(name, scheduled, arena, bufs, bound, place(arena, int(config["alignment"]), bound))
+
+
+def _annotate(g: Graph, best: _Candidate, scratch: Scratch) -> None:
+    """Write memory/offset onto tensors, scratch offsets onto nodes, compressed sizes onto constants."""
+    for b in best.all:
+        if b.scratch:
+            continue
+        for name in b.tensors:
+            g.tensors[name].attrs["memory"] = b.memory
+            g.tensors[name].attrs["offset"] = b.offset
+    regions = {b.start: b.offset for b in best.all if b.scratch}
+    for step, node in enumerate(g.nodes):
+        layout = scratch.layout.get(node.name)
+        if layout:
+            node.attrs["lz4_scratch"] = [regions[step] + layout[i] if i in layout else -1 for i in node.inputs]
+    for name, size in scratch.compressed.items():
+        g.tensors[name].attrs["lz4_bytes"] = size
 
 
 def lower_bound(bufs: list[Buffer], steps: int) -> int:
     """The largest total of live bytes at any step: no placement can use less."""
-    return max((sum(b.size for b in bufs if b.start <= s <= b.end) for s in range(steps)), default=0)
+    return max((_live_bytes(bufs, s) for s in range(steps)), default=0)
+
+
+def _live_bytes(bufs: list[Buffer], step: int) -> int:
+    return sum(b.size for b in bufs if b.start <= step <= b.end)
 
 
 def over_budget(g: Graph, bufs: list[Buffer], size: int, budget: int) -> str:
-    peak_step = max(range(len(g.nodes)), key=lambda s: sum(b.size for b in bufs if b.start <= s <= b.end))
+    peak_step = max(range(len(g.nodes)), key=lambda s: (_live_bytes(bufs, s), -s))
     live = [b for b in bufs if b.start <= peak_step <= b.end]
     node = g.nodes[peak_step]
     names = ", ".join(f"{b.tensors[0]} ({b.size} B)" for b in sorted(live, key=lambda b: (-b.size, b.tensors[0])))

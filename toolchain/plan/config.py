@@ -13,5 +13,7 @@ def _non_negative(v: int) -> str | None:
 CONFIG = {
     "alignment": Key("alignment", int, 16, "Alignment in bytes of every arena buffer (and of the arena itself).", _power_of_two),
     "budget": Key("budget", int, 0, "SRAM budget for the arena in bytes; 0 means none. A plan over budget fails naming the peak step and its live tensors.", _non_negative),
+    "reorder": Key("reorder", bool, True, "Let the planner run the nodes in another valid order when that lowers the peak of live bytes."),
+    "in_place": Key("in_place", bool, True, "Let element-wise kernels write over an input that dies at them (only kernels proven safe in place)."),
     "io_in_arena": Key("io_in_arena", bool, False, "Place model inputs and outputs inside the arena instead of caller buffers."),
 }
