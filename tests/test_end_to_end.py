@@ -15,10 +15,19 @@ from toolchain import host
 from toolchain.check import reference_outputs, seeded_inputs
 from toolchain.cli import main as kiln
 from toolchain.ir import load
+from toolchain.ir.verify import verify
 from toolchain.runio import dequantize_outputs, quantize_inputs
 
 MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
 SKELETON_MODELS = ["digits_cnn", "tiny_cnn", "tiny_resnet"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_stage_output_verifies(compiled, model):
+    out = compiled(model)
+    verify(load(out / "imported.kir"), levels=("source",))
+    for artifact in ("normalized", "quantized", "lowered", "planned"):
+        verify(load(out / f"{artifact}.kir"), levels=("kernel",))
 
 
 def sanitized_program(out: Path, model: str) -> Path:

@@ -184,11 +184,11 @@ def test_avg_pool_rounds_half_away_and_excludes_padding():
     x = np.array([[-3, -1, 5], [1, 2, 0], [7, -8, 4]], np.int8).reshape(1, 3, 3, 1)
     qp = q(0.1, -5)
     out = run1("avg_pool2d", [act("x", x.shape, qp)], [act("y", (1, 2, 2, 1), qp)],
-               {"kernel": [2, 2], "strides": [2, 2], "pads": [1, 1, 0, 0]}, {"x": x})["y"]
+               {"window": [2, 2], "strides": [2, 2], "pads": [1, 1, 0, 0]}, {"x": x})["y"]
     # windows: {-3} ; {-1, 5} ; {1, 7} ; {2, 0, -8, 4}
     assert out.ravel().tolist() == [-3, 2, 4, round_half_away(-2 / 4)]
     x2 = np.array([-3, 0], np.int8).reshape(1, 1, 2, 1)  # mean -1.5 rounds away to -2
-    out2 = run1("avg_pool2d", [act("x", x2.shape, qp)], [act("y", (1, 1, 1, 1), qp)], {"kernel": [1, 2], "strides": [1, 1]}, {"x": x2})["y"]
+    out2 = run1("avg_pool2d", [act("x", x2.shape, qp)], [act("y", (1, 1, 1, 1), qp)], {"window": [1, 2], "strides": [1, 1]}, {"x": x2})["y"]
     assert out2.ravel().tolist() == [-2]
 
 
@@ -197,7 +197,7 @@ def test_max_pool_clamps_to_activation():
     x = random_int8(rng, (1, 5, 5, 3))
     qp = q(0.05, -20)
     out = run1("max_pool2d", [act("x", x.shape, qp)], [act("y", (1, 3, 3, 3), qp)],
-               {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "act_min": 0.0, "act_max": 2.0}, {"x": x})["y"]
+               {"window": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "act_min": 0.0, "act_max": 2.0}, {"x": x})["y"]
     lo, hi = model_activation_range(0.0, 2.0, f32(0.05), -20)
     for oy in range(3):
         for ox in range(3):

@@ -135,15 +135,17 @@ def _zero_bias(channels, dtype) -> Tensor:
     return Tensor("b", (channels,), dtype if dtype == "float32" else "int32", data=np.zeros(channels))
 
 
-def conv_case(rng, dtype, op="conv2d"):
+def conv_case(rng, dtype, op="conv2d", channels=(1, 2, 3, 5, 8), out_channels=(1, 3, 4, 7), size_range=(1, 8),
+              k_range=(1, 3)):
+    """A random conv2d (30% pointwise) or depthwise_conv2d: any window, stride, dilation and padding."""
     pointwise = op == "conv2d" and rng.random() < 0.3
-    h, w, kh, kw, strides, dil, pads = _window(rng)
+    h, w, kh, kw, strides, dil, pads = _window(rng, size_range, k_range)
     if pointwise:
         kh = kw = 1
         strides, pads = [1, 1], [0, 0, 0, 0]
-    n, ic = int(rng.integers(1, 2, endpoint=True)), int(rng.choice([1, 2, 3, 5, 8]))
-    mult = int(rng.integers(1, 3, endpoint=True))
-    oc = ic * mult if op == "depthwise_conv2d" else int(rng.choice([1, 3, 4, 7]))
+    n, ic = int(rng.integers(1, 2, endpoint=True)), int(rng.choice(channels))
+    mult = int(rng.integers(1, 3, endpoint=True)) if rng.random() < 0.5 else 1
+    oc = ic * mult if op == "depthwise_conv2d" else int(rng.choice(out_channels))
     oh = pool_out(h, kh, strides[0], pads[0], pads[2], dil[0])
     ow = pool_out(w, kw, strides[1], pads[1], pads[3], dil[1])
     wt = _weights(rng, (1, kh, kw, oc), 3, dtype) if op == "depthwise_conv2d" else _weights(rng, (oc, kh, kw, ic), 0, dtype)
@@ -154,8 +156,9 @@ def conv_case(rng, dtype, op="conv2d"):
     return _graph(rng, op, inputs, [_qact(rng, "y", (n, oh, ow, oc), dtype)], attrs)
 
 
-def fc_case(rng, dtype):
-    b, i, o = (int(v) for v in rng.integers(1, [3, 20, 10], endpoint=True))
+def fc_case(rng, dtype, most=(3, 20, 10)):
+    """A random fully_connected of at most `most` (batches, in_features, out_features)."""
+    b, i, o = (int(v) for v in rng.integers(1, most, endpoint=True))
     w = _weights(rng, (o, i), 0, dtype)
     if dtype == "int8" and rng.random() < 0.3:  # tiny accumulators: multipliers above 1 (positive shifts)
         i = int(rng.integers(1, 3, endpoint=True))
@@ -325,6 +328,20 @@ GENERATORS = {
 }
 FLOAT_ONLY = {"div": lambda rng, dt: binary_case(rng, dt, "div")}
 
+# Shapes that reach every blocked path of the int8 conv/depthwise/matrix kernels: channel counts
+# with every remainder modulo 4 and 8 (the SIMD widths), rows longer than 8, odd output widths,
+# windows partly in the padding on every side, strides and dilations, windows of up to 7x7 taps. tests/test_cortex_m_kernels.py
+# runs the same cases on the Cortex-M4's DSP path.
+BLOCK_CASES = {
+    "conv2d": lambda rng: conv_case(rng, "int8", "conv2d", channels=(1, 3, 4, 8, 9, 16, 27), out_channels=(1, 2, 5, 8),
+                                    size_range=(1, 11), k_range=(1, 4)),
+    "conv2d_large_window": lambda rng: conv_case(rng, "int8", "conv2d", channels=(2, 3, 8), out_channels=(1, 2, 3),
+                                                 size_range=(4, 9), k_range=(4, 7)),
+    "depthwise_conv2d": lambda rng: conv_case(rng, "int8", "depthwise_conv2d", channels=(3, 4, 5, 8, 12, 13, 16),
+                                              size_range=(1, 11), k_range=(1, 4)),
+    "fully_connected": lambda rng: fc_case(rng, "int8", most=(3, 70, 9)),
+}
+
 
 @pytest.fixture(scope="session")
 def lib(tmp_path_factory):
@@ -351,6 +368,13 @@ def check_case(lib, graph, feeds, seed):
 def test_int8_kernels_match_reference(lib, op):
     for seed in range(CASES):
         graph, feeds = GENERATORS[op](np.random.default_rng([seed, 8]), "int8")
+        check_case(lib, graph, feeds, seed)
+
+
+@pytest.mark.parametrize("op", sorted(BLOCK_CASES))
+def test_int8_blocked_kernels_match_reference(lib, op):
+    for seed in range(3 * CASES):
+        graph, feeds = BLOCK_CASES[op](np.random.default_rng([seed, 16]))
         check_case(lib, graph, feeds, seed)
 
 

@@ -74,7 +74,7 @@ def rules_graph() -> Graph:
     x = b.input("x", (1, 8, 8, 2))
     c = b.op("conv2d", [x, b.weights("wc", (4, 3, 3, 2)), b.weights("bc", (4,))], "c", **conv_attrs(), **RELU)
     d = b.op("depthwise_conv2d", [x, b.weights("wd", (1, 3, 3, 4))], "d", depth_multiplier=2, **conv_attrs(), **NO_ACT)
-    pool = {"kernel": [2, 2], "strides": [2, 2], "pads": [0, 0, 0, 0]}
+    pool = {"window": [2, 2], "strides": [2, 2], "pads": [0, 0, 0, 0]}
     p = b.op("max_pool2d", [c], "p", **pool, **NO_ACT)
     a = b.op("avg_pool2d", [d], "a", **pool, **NO_ACT)
     cat = b.op("concat", [p, a], "cat", axis=3)
@@ -259,7 +259,7 @@ def test_concat_of_differently_fixed_inputs_requantizes_them():
 def test_shared_output_with_other_source_parameters_requantizes_input():
     b = Builder("qdq_pool", qdq=True)
     x = b.input("x", (1, 4, 4, 2), QuantParams((0.1,), (0,)))
-    p = b.op("max_pool2d", [x], "p", QuantParams((0.2,), (5,)), kernel=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0], **NO_ACT)
+    p = b.op("max_pool2d", [x], "p", QuantParams((0.2,), (5,)), window=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0], **NO_ACT)
     g = b.done(p)
     q = quantize(g, DEFAULTS, {})
     verify(q, levels=("kernel",))

@@ -146,7 +146,7 @@ op("div", "kernel", FLOAT)(_binary)
 
 def _pool(node, ins):
     (x,) = ins
-    kh, kw = node.attrs["kernel"]
+    kh, kw = node.attrs["window"]
     return [(_conv_like(node, x, kh, kw, x.shape[3]), x.dtype)]
 
 

@@ -16,6 +16,9 @@ def verify(graph: Graph, levels: tuple[str, ...] = ("source", "kernel")) -> None
     Checks: tensor metadata (dtype, constant data shape, quant params on
     int8 tensors), single definition before use, known ops at an allowed
     level, legal input dtype, and shapes/dtypes equal to what the op infers.
+    A lowered op split into several calls (nodes with a `part` attribute, e.g.
+    one copy per concat input) writes its output from each part; the op's
+    inference then applies to the op as a whole, so parts skip it.
     """
     problems = []
     for t in graph.tensors.values():
@@ -55,6 +58,9 @@ def verify(graph: Graph, levels: tuple[str, ...] = ("source", "kernel")) -> None
             if i and i not in defined:
                 raise VerifyError(f"{where}: input {i!r} used before it is defined")
         ins = [graph.tensors[i] if i else None for i in node.inputs]
+        if "part" in node.attrs:
+            _check_part(graph, node, where, defined)
+            continue
         if ins and ins[0] is not None and ins[0].dtype not in opdef.dtypes:
             raise VerifyError(f"{where}: input dtype {ins[0].dtype} not legal (expects {', '.join(sorted(opdef.dtypes))})")
         try:
@@ -75,3 +81,13 @@ def verify(graph: Graph, levels: tuple[str, ...] = ("source", "kernel")) -> None
     for name in graph.outputs:
         if name not in defined:
             raise VerifyError(f"graph {graph.name!r}: output {name!r} is never defined")
+
+
+def _check_part(graph: Graph, node, where: str, defined: set[str]) -> None:
+    for out in node.outputs:
+        if out not in graph.tensors:
+            raise VerifyError(f"{where}: output {out!r} has no tensor")
+        writers = [n for n in graph.nodes if out in n.outputs]
+        if any("part" not in w.attrs for w in writers):
+            raise VerifyError(f"{where}: output {out!r} is written by a part and by a whole op")
+        defined.add(out)

@@ -34,7 +34,7 @@ def lower_elementwise(site: Site) -> list[Node]:
     in_scale, in_zp = qparams(x, "input")
     out_scale, out_zp = qparams(y, "output")
     table = build_lut(elementwise(site.node.op, site.node.attrs), in_scale, in_zp, out_scale, out_zp)
-    return [site.call("kiln_lut_s8", [x.name, site.constant("lut", table, "int8")], size=x.size)]
+    return [site.call("kiln_lut_s8", [x.name, site.constant("lut", table, "int8", site.output().quant)], size=x.size)]
 
 
 def lower_softmax(site: Site) -> list[Node]:

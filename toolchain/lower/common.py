@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from toolchain.ir.graph import Graph, Node, Tensor
+from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
 from toolchain.lower.abi import bind
 from toolchain.numerics.fixedpoint import activation_range, float_bits
 
@@ -34,14 +34,14 @@ class Site:
     def int8(self) -> bool:
         return self.graph.tensors[self.node.inputs[0]].dtype == "int8"
 
-    def constant(self, suffix: str, data: np.ndarray, dtype: str) -> str:
+    def constant(self, suffix: str, data: np.ndarray, dtype: str, quant: QuantParams | None = None) -> str:
         """Add a folded constant named after the node; returns its tensor name."""
-        return self.graph.add_constant(f"{self.node.name}/{suffix}", np.asarray(data), dtype).name
+        return self.graph.add_constant(f"{self.node.name}/{suffix}", np.asarray(data), dtype, quant=quant).name
 
     def call(self, kernel: str, inputs: list[str], outputs: list[str] | None = None, part: int | None = None, **params: int) -> Node:
         """The node as a call of `kernel` (a numbered part when one node becomes several calls)."""
         name = self.node.name if part is None else f"{self.node.name}/part{part}"
-        attrs = {**self.node.attrs, **bind(kernel, **params)}
+        attrs = {**self.node.attrs, **bind(kernel, **params), **({} if part is None else {"part": part})}
         return self.node.copy(name=name, inputs=list(inputs), outputs=list(outputs or self.node.outputs), attrs=attrs)
 
     def alias(self) -> Node:

@@ -8,7 +8,7 @@ from toolchain.lower.common import Site, Unsupported, four_d, require_same_quant
 def lower_pool(site: Site) -> list[Node]:
     n, in_h, in_w, c = four_d(site.input(0).shape, "input")
     _, out_h, out_w, _ = site.output().shape
-    kh, kw = site.attr("kernel")
+    kh, kw = site.attr("window")
     sh, sw = site.attr("strides", [1, 1])
     pt, pl, pb, pr = site.attr("pads", [0, 0, 0, 0])
     if max(pt, pb) >= kh or max(pl, pr) >= kw:

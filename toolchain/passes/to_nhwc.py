@@ -59,7 +59,7 @@ def _pool(rw: Rewriter, node: Node, x: str, y: str) -> list[Node]:
         for i in range(2):
             out = pool_out(size[i], kernel[i], strides[i], pads[i], pads[i + 2], 1, True)
             ends[i] = max(pads[i + 2], (out - 1) * strides[i] + kernel[i] - size[i] - pads[i])
-    attrs = {"kernel": kernel, "strides": strides, "pads": pads[:2] + ends, **no_act()}
+    attrs = {"window": kernel, "strides": strides, "pads": pads[:2] + ends, **no_act()}
     if node.op == "MaxPool" or not a.get("count_include_pad", 0) or not any(pads):
         return [node.copy(op=POOLS[node.op], inputs=[x], outputs=[y], attrs=attrs)]
     xt = rw.tensor(x)

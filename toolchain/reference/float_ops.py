@@ -77,13 +77,13 @@ def _div(node, ins):
 @impl("max_pool2d")
 def _max_pool(node, ins):
     strides, pads, _ = _conv_attrs(node)
-    return [_act(node, _nhwc(nn.max_pool_nchw(_nchw(_f64(ins[0])), node.attrs["kernel"], strides, pads)))]
+    return [_act(node, _nhwc(nn.max_pool_nchw(_nchw(_f64(ins[0])), node.attrs["window"], strides, pads)))]
 
 
 @impl("avg_pool2d")
 def _avg_pool(node, ins):
     strides, pads, _ = _conv_attrs(node)
-    return [_act(node, _nhwc(nn.avg_pool_nchw(_nchw(_f64(ins[0])), node.attrs["kernel"], strides, pads, False)))]
+    return [_act(node, _nhwc(nn.avg_pool_nchw(_nchw(_f64(ins[0])), node.attrs["window"], strides, pads, False)))]
 
 
 @impl("global_avg_pool")

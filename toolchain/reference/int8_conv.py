@@ -81,7 +81,7 @@ def _fully_connected(graph: Graph, node: Node, ins):
 @int8_impl("max_pool2d")
 def _max_pool(graph: Graph, node: Node, ins):
     require_same_params(graph, node)
-    kh, kw = node.attrs["kernel"]
+    kh, kw = node.attrs["window"]
     out_hw = graph.tensors[node.outputs[0]].shape[1:3]
     best = _windows(ins[0].astype(np.int64), node, kh, kw, out_hw, -129).max(axis=(-2, -1))
     if np.any(best == -129):
@@ -98,7 +98,7 @@ def _rounded_mean(total: np.ndarray, count: np.ndarray | int) -> np.ndarray:
 @int8_impl("avg_pool2d")
 def _avg_pool(graph: Graph, node: Node, ins):
     require_same_params(graph, node)
-    kh, kw = node.attrs["kernel"]
+    kh, kw = node.attrs["window"]
     out_hw = graph.tensors[node.outputs[0]].shape[1:3]
     total = _windows(ins[0].astype(np.int64), node, kh, kw, out_hw, 0).sum(axis=(-2, -1))
     ones = np.ones((1,) + ins[0].shape[1:3] + (1,), np.int64)
