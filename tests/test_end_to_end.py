@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,26 @@ def test_kiln_run_round_trip(compiled, tmp_path):
     np.save(tmp_path / "r.npy", raw)
     assert kiln(["run", str(out), "--raw", "--input", str(tmp_path / "r.npy"), "--output", str(tmp_path / "r_out.npy")]) == 0
     assert np.array_equal(np.load(tmp_path / "r_out.npy"), reference_outputs(quantized, [[raw]])[0][0])
+
+
+def test_nhwc_interface_computes_what_the_source_layout_does(compiled, calibration, tmp_path):
+    """normalize.input_layout = "NHWC": the model takes NHWC data (calibration samples are transposed for it)."""
+    model = "tiny_resnet"
+    folder = tmp_path / model
+    shutil.copytree(ROOT / "models" / model, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(folder / "model.toml", "a") as f:
+        f.write('\n[normalize]\ninput_layout = "NHWC"\n')
+    nhwc_out = tmp_path / "out"
+    assert kiln(["compile", str(folder), "-o", str(nhwc_out)]) == 0
+    source_out = compiled(model)
+    planned_nchw, planned_nhwc = load(source_out / "planned.kir"), load(nhwc_out / "planned.kir")
+    x = planned_nchw.inputs[0]
+    assert planned_nhwc.tensors[x].shape == tuple(np.array(planned_nchw.tensors[x].shape)[[0, 2, 3, 1]])
+    floats = seeded_inputs(load(source_out / "quantized.kir"), calibration(model), count=6)
+    runs = []
+    for out, samples in ((source_out, floats), (nhwc_out, [[np.transpose(s[0], (0, 2, 3, 1))] for s in floats])):
+        quantized = load(out / "quantized.kir")
+        exe = host.build_executable([out / f"{model}.c"], [host.model_prefix(out / f"{model}.h")], out / "host_model")
+        runs.append(host.run_executable(exe, load(out / "planned.kir"), quantize_inputs(quantized, samples)))
+    for a, b in zip(*runs):
+        assert np.array_equal(a[0], b[0])

@@ -33,9 +33,12 @@ def missing_calibration_error(graph: Graph) -> KilnError:
 def load_calibration(graph: Graph, config: dict[str, Any], model_dir: Path, imported_npz: Path) -> dict[str, np.ndarray]:
     """The calibration samples per graph input, each (N, *input_shape) float32.
 
-    Files in `quant.calibration` replace the imported samples. A float source
-    without any samples is an error; a QDQ source needs none (it may still
-    use them to fill parameters the source left out).
+    Files in `quant.calibration` replace the imported samples. Samples are in
+    the source's layout, as the source model takes them; an input that
+    normalization turned NHWC (`normalize.input_layout`) gets its samples
+    transposed to match. A float source without any samples is an error; a
+    QDQ source needs none (it may still use them to fill parameters the source
+    left out).
     """
     if config["mode"] == "none":
         return {}
@@ -45,7 +48,15 @@ def load_calibration(graph: Graph, config: dict[str, Any], model_dir: Path, impo
         samples = _read_npz(imported_npz, imported_npz.name)
     if not samples and graph.meta.get("quantized_source") != "qdq":
         raise missing_calibration_error(graph)
-    return samples
+    return {name: _to_input_layout(graph, name, arr) for name, arr in samples.items()}
+
+
+def _to_input_layout(graph: Graph, name: str, samples: np.ndarray) -> np.ndarray:
+    """(N, *NCHW shape) samples of an input the model takes as NHWC, transposed to (N, *NHWC shape)."""
+    t = graph.tensors.get(name)
+    if t is None or t.layout != "NHWC" or samples.ndim != 5:
+        return samples
+    return np.ascontiguousarray(samples.transpose(0, 1, 3, 4, 2))
 
 
 def _read_file(path: Path, shown: str, graph: Graph) -> dict[str, np.ndarray]:
