@@ -1,6 +1,7 @@
-/* Portable broadcasting binary kernels: int8 add/sub/mul (TFLite arithmetic)
- * and float add/sub/mul/div. */
+/* Broadcasting binary kernels: int8 add/sub/mul (TFLite arithmetic, with the
+ * requantizers prepared once per call) and float add/sub/mul/div. */
 #include "kiln_kernels.h"
+#include "kiln_simd.h"
 #include "kiln_stub_math.h"
 
 /* Walks the 4-D output; runs `body` with out_index and the element offsets ai, bi of a and b. */
@@ -21,30 +22,49 @@
         }                                                                                                    \
     } while (0)
 
-static int8_t kiln_add_sub_s8_one(const kiln_add_s8_params_t *p, int32_t a, int32_t b, int subtract)
+/* The requantizers of an int8 add/sub, prepared once per call. */
+typedef struct {
+    kiln_rq_t a, b, y;
+    kiln_out_t out;
+} kiln_add_rq_t;
+
+static kiln_add_rq_t kiln_add_rq(const kiln_add_s8_params_t *p)
 {
-    const int32_t sa = kiln_requantize(kiln_wrap_s32((uint32_t)(a + p->a_offset) << p->left_shift), p->a_mult, p->a_shift);
-    const int32_t sb = kiln_requantize(kiln_wrap_s32((uint32_t)(b + p->b_offset) << p->left_shift), p->b_mult, p->b_shift);
-    const int32_t raw = subtract ? sa - sb : sa + sb;
-    return kiln_output_s8(kiln_requantize(raw, p->out_mult, p->out_shift), p->out_zp, p->act_min, p->act_max);
+    kiln_add_rq_t r;
+    r.a = kiln_rq_channel(p->a_mult, p->a_shift);
+    r.b = kiln_rq_channel(p->b_mult, p->b_shift);
+    r.y = kiln_rq_channel(p->out_mult, p->out_shift);
+    r.out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
+    return r;
+}
+
+static int8_t kiln_add_sub_s8_one(const kiln_add_s8_params_t *p, const kiln_add_rq_t *r, int32_t a, int32_t b,
+                                  int subtract)
+{
+    const int32_t sa = kiln_rq_apply(&r->a, kiln_wrap_s32((uint32_t)(a + p->a_offset) << p->left_shift));
+    const int32_t sb = kiln_rq_apply(&r->b, kiln_wrap_s32((uint32_t)(b + p->b_offset) << p->left_shift));
+    return kiln_out_s8(&r->out, kiln_rq_apply(&r->y, subtract ? sa - sb : sa + sb));
 }
 
 void kiln_add_s8(const kiln_add_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
 {
-    KILN_BROADCAST_LOOP(p, y[out_index] = kiln_add_sub_s8_one(p, a[ai], b[bi], 0));
+    const kiln_add_rq_t r = kiln_add_rq(p);
+    KILN_BROADCAST_LOOP(p, y[out_index] = kiln_add_sub_s8_one(p, &r, a[ai], b[bi], 0));
 }
 
 void kiln_sub_s8(const kiln_sub_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
 {
-    KILN_BROADCAST_LOOP(p, y[out_index] = kiln_add_sub_s8_one(p, a[ai], b[bi], 1));
+    const kiln_add_rq_t r = kiln_add_rq(p);
+    KILN_BROADCAST_LOOP(p, y[out_index] = kiln_add_sub_s8_one(p, &r, a[ai], b[bi], 1));
 }
 
 void kiln_mul_s8(const kiln_mul_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
 {
+    const kiln_rq_t r = kiln_rq_channel(p->out_mult, p->out_shift);
+    const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
     KILN_BROADCAST_LOOP(p, {
         const int32_t prod = (a[ai] + p->a_offset) * (b[bi] + p->b_offset);
-        y[out_index] = kiln_output_s8(kiln_requantize(prod, p->out_mult, p->out_shift), p->out_zp, p->act_min,
-                                      p->act_max);
+        y[out_index] = kiln_out_s8(&out, kiln_rq_apply(&r, prod));
     });
 }
 

@@ -1,106 +1,247 @@
-/* Portable int8 convolution and fully-connected kernels (TFLite reference
- * arithmetic with the input zero point folded into the bias). */
+/* int8 2-D convolution, NHWC input, OHWI weights, input zero point folded into
+ * the bias (a padded position contributes input_zp * w). Three paths, by the
+ * size of the window (k_h x k_w x in_c values):
+ * - at most KILN_COL_MAX values (first layers, few input channels): each pair
+ *   of pixels is gathered once into two small stack columns, the zero point at
+ *   padded taps, then every pair of output channels is one contiguous 2x2 dot;
+ * - otherwise, at most KILN_TAPS_MAX taps: with dil_w = 1 a kernel row reads
+ *   k_w * in_c consecutive input bytes, so pixel pairs read their rows in
+ *   place (2 pixels x 2 channels per dot); padded taps add input_zp * sum(w)
+ *   from per-tap sums computed once per channel pair;
+ * - larger windows still: one output at a time. */
 #include "kiln_kernels.h"
+#include "kiln_simd.h"
 #include "kiln_stub_math.h"
 
-void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w,
-                    const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
+/* Two pixels whose windows lie in the image but for rows outside [ky_lo, ky_hi) (the same for both);
+ * x points at pixel 0's tap (ky_lo, 0), pixel 1's is dx further. */
+static void kiln_conv_pair(const kiln_conv2d_s8_params_t *p, const int8_t *x, int32_t dx, int32_t ky_lo,
+                           int32_t ky_hi, const int8_t *w0, const int8_t *w1, kiln_acc2x2_t *acc)
 {
-    int32_t b, oy, ox, oc, ky, kx, c;
+    const int32_t row_len = p->k_w * p->in_c, dy = p->dil_h * p->in_w * p->in_c;
+    int32_t ky, kx;
+    w0 += ky_lo * row_len;
+    w1 += ky_lo * row_len;
+    if (p->dil_w == 1) {
+        kiln_dot_2x2_rows(acc, x, x + dx, w0, w1, ky_hi - ky_lo, row_len, dy);
+        return;
+    }
+    for (ky = 0; ky < ky_hi - ky_lo; ky++) {
+        for (kx = 0; kx < p->k_w; kx++) {
+            const int8_t *xt = x + ky * dy + kx * p->dil_w * p->in_c;
+            const int32_t wo = ky * row_len + kx * p->in_c;
+            kiln_dot_2x2(acc, xt, xt + dx, w0 + wo, w1 + wo, p->in_c);
+        }
+    }
+}
+
+/* input_zp * sum(w) over the taps of a k_h x k_w window outside [range[0], range[1]) x [range[2], range[3]),
+ * from the per-tap sums zs. */
+static uint32_t kiln_pad_taps(const uint32_t *zs, int32_t k_h, int32_t k_w, const int32_t range[4])
+{
+    uint32_t s = 0;
+    int32_t ky, kx;
+    for (ky = 0; ky < k_h; ky++) {
+        for (kx = 0; kx < k_w; kx++) {
+            if (ky < range[0] || ky >= range[1] || kx < range[2] || kx >= range[3]) {
+                s += zs[ky * k_w + kx];
+            }
+        }
+    }
+    return s;
+}
+
+/* One pixel with window origin (iy0, ix0) in image `img`, in-image taps [range[0], range[1]) x
+ * [range[2], range[3]); the padded taps' input_zp * sum(w) come from the per-tap sums zs0, zs1. */
+static void kiln_conv_single(const kiln_conv2d_s8_params_t *p, const int8_t *img, int32_t iy0, int32_t ix0,
+                             const int32_t range[4], const int8_t *w0, const int8_t *w1, const uint32_t *zs0,
+                             const uint32_t *zs1, uint32_t *a0, uint32_t *a1)
+{
+    const int32_t c = p->in_c, row_len = p->k_w * c, kx_lo = range[2], kx_hi = range[3];
+    int32_t ky, kx;
+    *a0 += kiln_pad_taps(zs0, p->k_h, p->k_w, range);
+    *a1 += kiln_pad_taps(zs1, p->k_h, p->k_w, range);
+    for (ky = range[0]; ky < range[1]; ky++) {
+        const int8_t *wr0 = w0 + ky * row_len, *wr1 = w1 + ky * row_len;
+        const int32_t xr = (iy0 + ky * p->dil_h) * p->in_w + ix0; /* pixel index of tap kx = 0 */
+        if (p->dil_w == 1 && kx_hi > kx_lo) {
+            kiln_dot_1x2(a0, a1, img + (xr + kx_lo) * c, wr0 + kx_lo * c, wr1 + kx_lo * c, (kx_hi - kx_lo) * c);
+            continue;
+        }
+        for (kx = kx_lo; kx < kx_hi; kx++) {
+            kiln_dot_1x2(a0, a1, img + (xr + kx * p->dil_w) * c, wr0 + kx * c, wr1 + kx * c, c);
+        }
+    }
+}
+
+/* Output channels o and o1 = o + c1 (c1 = 0 for an odd last channel) of every pixel, y0 at channel o
+ * of the first pixel, for windows of at most KILN_TAPS_MAX taps. Pixel pairs whose windows lie in
+ * the image but for whole rows take kiln_conv_pair, the others go one at a time. */
+#define KILN_TAPS_MAX 25
+
+static void kiln_conv_channels(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w0,
+                               const int8_t *w1, uint32_t bias0, uint32_t bias1, const kiln_rq_t *q0,
+                               const kiln_rq_t *q1, const kiln_out_t *out, int8_t *y0, int32_t c1)
+{
+    const int32_t oc_n = p->out_c, dx = p->stride_w * p->in_c;
+    uint32_t zs[2][KILN_TAPS_MAX];
+    int32_t b, oy, ox, t, range[4], next[4];
+    for (t = 0; t < p->k_h * p->k_w; t++) {
+        zs[0][t] = (uint32_t)p->input_zp * kiln_sum_s8(w0 + t * p->in_c, p->in_c);
+        zs[1][t] = (uint32_t)p->input_zp * kiln_sum_s8(w1 + t * p->in_c, p->in_c);
+    }
+    for (b = 0; b < p->n; b++) {
+        const int8_t *img = x + b * p->in_h * p->in_w * p->in_c;
+        for (oy = 0; oy < p->out_h; oy++) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_top;
+            const int32_t out_row = (b * p->out_h + oy) * p->out_w;
+            kiln_tap_range(iy0, p->dil_h, p->k_h, p->in_h, &range[0], &range[1]);
+            for (ox = 0; ox < p->out_w;) {
+                const int32_t ix0 = ox * p->stride_w - p->pad_left, at = (out_row + ox) * oc_n;
+                kiln_tap_range(ix0, p->dil_w, p->k_w, p->in_w, &range[2], &range[3]);
+                kiln_tap_range(ix0 + p->stride_w, p->dil_w, p->k_w, p->in_w, &next[2], &next[3]);
+                if (range[1] > range[0] && ox + 1 < p->out_w && range[2] == 0 && range[3] == p->k_w &&
+                    next[2] == 0 && next[3] == p->k_w) {
+                    const int32_t lo = range[0], hi = range[1];
+                    kiln_acc2x2_t acc;
+                    acc.a00 = acc.a10 = bias0 + (lo > 0 || hi < p->k_h ? kiln_pad_taps(zs[0], p->k_h, p->k_w, range) : 0);
+                    acc.a01 = acc.a11 = bias1 + (lo > 0 || hi < p->k_h ? kiln_pad_taps(zs[1], p->k_h, p->k_w, range) : 0);
+                    kiln_conv_pair(p, img + ((iy0 + lo * p->dil_h) * p->in_w + ix0) * p->in_c, dx, lo, hi, w0, w1,
+                                   &acc);
+                    kiln_store_2x2(&acc, *q0, *q1, *out, y0 + at, y0 + at + oc_n, 0, c1);
+                    ox += 2;
+                } else {
+                    uint32_t a0 = bias0, a1 = bias1;
+                    kiln_conv_single(p, img, iy0, ix0, range, w0, w1, zs[0], zs[1], &a0, &a1);
+                    const int8_t v0 = kiln_out_s8(out, kiln_rq_apply(q0, kiln_wrap_s32(a0)));
+                    y0[at + c1] = kiln_out_s8(out, kiln_rq_apply(q1, kiln_wrap_s32(a1)));
+                    y0[at] = v0;
+                    ox += 1;
+                }
+            }
+        }
+    }
+}
+
+/* n copies of v at dst. */
+static void kiln_fill_s8(int8_t *dst, int32_t n, int8_t v)
+{
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        dst[i] = v;
+    }
+}
+
+/* A pixel's window (k_h x k_w x in_c, OHWI order) copied to `col`, the input zero point at padded taps. */
+static void kiln_conv_gather(const kiln_conv2d_s8_params_t *p, const int8_t *img, int32_t iy0, int32_t ix0,
+                             int8_t *col)
+{
+    const int32_t c = p->in_c, row_len = p->k_w * c;
+    const int8_t zp = (int8_t)p->input_zp;
+    int32_t ky, kx, lo, hi;
+    kiln_tap_range(ix0, p->dil_w, p->k_w, p->in_w, &lo, &hi);
+    for (ky = 0; ky < p->k_h; ky++, col += row_len) {
+        const int32_t iy = iy0 + ky * p->dil_h;
+        if (iy < 0 || iy >= p->in_h) {
+            kiln_fill_s8(col, row_len, zp);
+            continue;
+        }
+        kiln_fill_s8(col, lo * c, zp);
+        if (p->dil_w == 1 && hi > lo) {
+            memcpy(col + lo * c, img + (iy * p->in_w + ix0 + lo) * c, (size_t)((hi - lo) * c));
+        } else {
+            for (kx = lo; kx < hi; kx++) {
+                memcpy(col + kx * c, img + (iy * p->in_w + ix0 + kx * p->dil_w) * c, (size_t)c);
+            }
+        }
+        kiln_fill_s8(col + hi * c, row_len - hi * c, zp);
+    }
+}
+
+/* Windows of at most KILN_COL_MAX values: the gathered columns (2 * KILN_COL_MAX bytes of stack) make
+ * every pixel, border ones included, one contiguous kiln_dot_2x2 per channel pair. */
+#define KILN_COL_MAX 160
+
+static void kiln_conv_columns(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                              const int32_t *mult, const int32_t *shift, const kiln_out_t *out, int8_t *y)
+{
+    const int32_t k = p->k_h * p->k_w * p->in_c, oc_n = p->out_c;
+    int8_t col[2][KILN_COL_MAX];
+    int32_t b, oy, ox, o;
+    for (b = 0; b < p->n; b++) {
+        const int8_t *img = x + b * p->in_h * p->in_w * p->in_c;
+        for (oy = 0; oy < p->out_h; oy++) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_top;
+            for (ox = 0; ox < p->out_w; ox += 2) {
+                const int32_t ix0 = ox * p->stride_w - p->pad_left, two = ox + 1 < p->out_w;
+                int8_t *y0 = y + ((b * p->out_h + oy) * p->out_w + ox) * oc_n, *y1 = two ? y0 + oc_n : y0;
+                kiln_conv_gather(p, img, iy0, ix0, col[0]);
+                kiln_conv_gather(p, img, iy0, two ? ix0 + p->stride_w : ix0, col[1]);
+                for (o = 0; o < oc_n; o += 2) {
+                    const int32_t o1 = o + 1 < oc_n ? o + 1 : o; /* an odd last channel pairs with itself */
+                    const kiln_rq_t q0 = kiln_rq_channel(mult[o], shift[o]), q1 = kiln_rq_channel(mult[o1], shift[o1]);
+                    kiln_acc2x2_t acc;
+                    acc.a00 = acc.a10 = (uint32_t)bias[o];
+                    acc.a01 = acc.a11 = (uint32_t)bias[o1];
+                    kiln_dot_2x2(&acc, col[0], col[1], w + o * k, w + o1 * k, k);
+                    kiln_store_2x2(&acc, q0, q1, *out, y0, y1, o, o1);
+                }
+            }
+        }
+    }
+}
+
+/* Windows of more than KILN_TAPS_MAX taps and KILN_COL_MAX values (large kernels over many channels):
+ * one output at a time, padded taps multiplying input_zp. */
+static void kiln_conv_large(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                            const int32_t *mult, const int32_t *shift, const kiln_out_t *out, int8_t *y)
+{
+    const int32_t c = p->in_c;
+    int32_t b, oy, ox, oc, ky, kx, i;
     for (b = 0; b < p->n; b++) {
         for (oy = 0; oy < p->out_h; oy++) {
             for (ox = 0; ox < p->out_w; ox++) {
-                int8_t *out = y + ((b * p->out_h + oy) * p->out_w + ox) * p->out_c;
                 for (oc = 0; oc < p->out_c; oc++) {
+                    const kiln_rq_t q = kiln_rq_channel(mult[oc], shift[oc]);
                     uint32_t acc = (uint32_t)bias[oc];
                     for (ky = 0; ky < p->k_h; ky++) {
                         const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
                         for (kx = 0; kx < p->k_w; kx++) {
                             const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
-                            const int8_t *wp = w + ((oc * p->k_h + ky) * p->k_w + kx) * p->in_c;
-                            if (iy < 0 || iy >= p->in_h || ix < 0 || ix >= p->in_w) {
-                                for (c = 0; c < p->in_c; c++) {
-                                    acc = kiln_mac_u32(acc, p->input_zp, wp[c]);
-                                }
-                            } else {
-                                const int8_t *xp = x + ((b * p->in_h + iy) * p->in_w + ix) * p->in_c;
-                                for (c = 0; c < p->in_c; c++) {
-                                    acc = kiln_mac_u32(acc, xp[c], wp[c]);
-                                }
+                            const int8_t *wp = w + ((oc * p->k_h + ky) * p->k_w + kx) * c;
+                            const int in_image = iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w;
+                            for (i = 0; i < c; i++) {
+                                const int32_t xv = in_image ? x[((b * p->in_h + iy) * p->in_w + ix) * c + i] : p->input_zp;
+                                acc += (uint32_t)(xv * wp[i]);
                             }
                         }
                     }
-                    out[oc] = kiln_output_s8(kiln_requantize(kiln_wrap_s32(acc), mult[oc], shift[oc]),
-                                             p->out_zp, p->act_min, p->act_max);
+                    y[((b * p->out_h + oy) * p->out_w + ox) * p->out_c + oc] =
+                        kiln_out_s8(out, kiln_rq_apply(&q, kiln_wrap_s32(acc)));
                 }
             }
         }
     }
 }
 
-/* One row of a matrix product: bias + x . w over `len` elements, requantized. */
-static void kiln_matvec_s8(const int8_t *x, const int8_t *w, int32_t len, int32_t rows, const int32_t *bias,
-                           const int32_t *mult, const int32_t *shift, int32_t out_zp, int32_t act_min,
-                           int32_t act_max, int8_t *y)
+void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                    const int32_t *mult, const int32_t *shift, int8_t *y)
 {
-    int32_t o, i;
-    for (o = 0; o < rows; o++) {
-        const int8_t *wp = w + o * len;
-        uint32_t acc = (uint32_t)bias[o];
-        for (i = 0; i < len; i++) {
-            acc = kiln_mac_u32(acc, x[i], wp[i]);
-        }
-        y[o] = kiln_output_s8(kiln_requantize(kiln_wrap_s32(acc), mult[o], shift[o]), out_zp, act_min, act_max);
+    const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
+    const int32_t k = p->k_h * p->k_w * p->in_c;
+    int32_t o;
+    if (k <= KILN_COL_MAX) {
+        kiln_conv_columns(p, x, w, bias, mult, shift, &out, y);
+        return;
     }
-}
-
-void kiln_conv2d_1x1_s8(const kiln_conv2d_1x1_s8_params_t *p, const int8_t *x, const int8_t *w,
-                        const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
-{
-    int32_t px;
-    for (px = 0; px < p->pixels; px++) {
-        kiln_matvec_s8(x + px * p->in_c, w, p->in_c, p->out_c, bias, mult, shift, p->out_zp, p->act_min,
-                       p->act_max, y + px * p->out_c);
+    if (p->k_h * p->k_w > KILN_TAPS_MAX) {
+        kiln_conv_large(p, x, w, bias, mult, shift, &out, y);
+        return;
     }
-}
-
-void kiln_fully_connected_s8(const kiln_fully_connected_s8_params_t *p, const int8_t *x, const int8_t *w,
-                             const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
-{
-    int32_t b;
-    for (b = 0; b < p->batches; b++) {
-        kiln_matvec_s8(x + b * p->in_features, w, p->in_features, p->out_features, bias, mult, shift, p->out_zp,
-                       p->act_min, p->act_max, y + b * p->out_features);
-    }
-}
-
-void kiln_depthwise_conv2d_s8(const kiln_depthwise_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w,
-                              const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
-{
-    const int32_t out_c = p->in_c * p->ch_mult;
-    int32_t b, oy, ox, oc, ky, kx;
-    for (b = 0; b < p->n; b++) {
-        for (oy = 0; oy < p->out_h; oy++) {
-            for (ox = 0; ox < p->out_w; ox++) {
-                int8_t *out = y + ((b * p->out_h + oy) * p->out_w + ox) * out_c;
-                for (oc = 0; oc < out_c; oc++) {
-                    const int32_t ic = oc / p->ch_mult;
-                    uint32_t acc = (uint32_t)bias[oc];
-                    for (ky = 0; ky < p->k_h; ky++) {
-                        const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
-                        for (kx = 0; kx < p->k_w; kx++) {
-                            const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
-                            const int32_t wv = w[(ky * p->k_w + kx) * out_c + oc];
-                            const int32_t xv = (iy < 0 || iy >= p->in_h || ix < 0 || ix >= p->in_w)
-                                                   ? p->input_zp
-                                                   : x[((b * p->in_h + iy) * p->in_w + ix) * p->in_c + ic];
-                            acc = kiln_mac_u32(acc, xv, wv);
-                        }
-                    }
-                    out[oc] = kiln_output_s8(kiln_requantize(kiln_wrap_s32(acc), mult[oc], shift[oc]),
-                                             p->out_zp, p->act_min, p->act_max);
-                }
-            }
-        }
+    for (o = 0; o < p->out_c; o += 2) {
+        const int32_t o1 = o + 1 < p->out_c ? o + 1 : o; /* an odd last channel pairs with itself */
+        const kiln_rq_t q0 = kiln_rq_channel(mult[o], shift[o]), q1 = kiln_rq_channel(mult[o1], shift[o1]);
+        kiln_conv_channels(p, x, w + o * k, w + o1 * k, (uint32_t)bias[o], (uint32_t)bias[o1], &q0, &q1, &out,
+                           y + o, o1 - o);
     }
 }

@@ -72,9 +72,15 @@ void kiln_transpose(const kiln_transpose_params_t *p, const void *x, void *y)
     for (i[0] = 0; i[0] < out_dims[0]; i[0]++) {
         for (i[1] = 0; i[1] < out_dims[1]; i[1]++) {
             for (i[2] = 0; i[2] < out_dims[2]; i[2]++) {
+                const int32_t s = i[0] * stride[0] + i[1] * stride[1] + i[2] * stride[2];
+                if (es == 1) { /* the inner walk inlined for bytes: no call per element */
+                    for (i[3] = 0; i[3] < out_dims[3]; i[3]++) {
+                        dst[out_index++] = src[s + i[3] * stride[3]];
+                    }
+                    continue;
+                }
                 for (i[3] = 0; i[3] < out_dims[3]; i[3]++) {
-                    const int32_t s = i[0] * stride[0] + i[1] * stride[1] + i[2] * stride[2] + i[3] * stride[3];
-                    memcpy(dst + out_index * es, src + (size_t)s * es, es);
+                    memcpy(dst + out_index * es, src + (size_t)(s + i[3] * stride[3]) * es, es);
                     out_index++;
                 }
             }
@@ -82,7 +88,8 @@ void kiln_transpose(const kiln_transpose_params_t *p, const void *x, void *y)
     }
 }
 
-/* Pads 4-D data: every output element outside the input gets fill_value. */
+/* Pads 4-D data: every output element outside the input gets fill_value; the input part of an
+ * innermost row is one copy. */
 #define KILN_PAD_BODY(p, x, y, fill_value)                                                                 \
     do {                                                                                                   \
         int32_t i0, i1, i2, i3, out_index = 0;                                                             \
@@ -92,18 +99,32 @@ void kiln_transpose(const kiln_transpose_params_t *p, const void *x, void *y)
                 const int32_t j1 = i1 - (p)->pre1;                                                         \
                 for (i2 = 0; i2 < (p)->out_d2; i2++) {                                                     \
                     const int32_t j2 = i2 - (p)->pre2;                                                     \
-                    for (i3 = 0; i3 < (p)->out_d3; i3++) {                                                 \
-                        const int32_t j3 = i3 - (p)->pre3;                                                 \
-                        const int inside = j0 >= 0 && j0 < (p)->in_d0 && j1 >= 0 && j1 < (p)->in_d1 &&     \
-                                           j2 >= 0 && j2 < (p)->in_d2 && j3 >= 0 && j3 < (p)->in_d3;       \
-                        (y)[out_index++] =                                                                 \
-                            inside ? (x)[((j0 * (p)->in_d1 + j1) * (p)->in_d2 + j2) * (p)->in_d3 + j3]     \
-                                   : (fill_value);                                                         \
+                    const int inside = j0 >= 0 && j0 < (p)->in_d0 && j1 >= 0 && j1 < (p)->in_d1 &&         \
+                                       j2 >= 0 && j2 < (p)->in_d2;                                         \
+                    const int32_t lo = inside ? kiln_clamp_index((p)->pre3, (p)->out_d3) : (p)->out_d3;    \
+                    const int32_t hi = inside ? kiln_clamp_index((p)->pre3 + (p)->in_d3, (p)->out_d3) : lo; \
+                    for (i3 = 0; i3 < lo; i3++) {                                                          \
+                        (y)[out_index++] = (fill_value);                                                   \
+                    }                                                                                      \
+                    if (hi > lo) {                                                                         \
+                        memcpy((y) + out_index,                                                            \
+                               (x) + ((j0 * (p)->in_d1 + j1) * (p)->in_d2 + j2) * (p)->in_d3 + lo - (p)->pre3, \
+                               (size_t)(hi - lo) * sizeof *(y));                                           \
+                        out_index += hi - lo;                                                              \
+                    }                                                                                      \
+                    for (i3 = hi; i3 < (p)->out_d3; i3++) {                                                \
+                        (y)[out_index++] = (fill_value);                                                   \
                     }                                                                                      \
                 }                                                                                          \
             }                                                                                              \
         }                                                                                                  \
     } while (0)
+
+/* v clamped to [0, n]. */
+static int32_t kiln_clamp_index(int32_t v, int32_t n)
+{
+    return v < 0 ? 0 : v > n ? n : v;
+}
 
 void kiln_pad_s8(const kiln_pad_s8_params_t *p, const int8_t *x, int8_t *y)
 {

@@ -15,6 +15,10 @@
  *   of being skipped. `mult`/`shift` are per output channel (Q31 multiplier
  *   and shift of arm_nn_requantize, double rounding); accumulation is int32
  *   modulo 2^32;
+ * - every int8 multiplier/shift pair (conv, fc, add, sub, mul) is what the
+ *   lower stage's QuantizeMultiplier gives: 0 <= mult < 2^31 and
+ *   -31 <= shift <= 30; the kernels fold both roundings into one 64-bit
+ *   multiply-add, exact on that domain only;
  * - `act_min`/`act_max` of int8 kernels are int8 clamp bounds applied after
  *   the output zero point (max first, then min);
  * - pooling windows never count padded positions;

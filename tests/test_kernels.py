@@ -193,7 +193,7 @@ def pool_case(rng, dtype, op):
     x = _qact(rng, "x", (n, h, w, c), dtype)
     oh, ow = pool_out(h, kh, strides[0], pads[0], pads[2]), pool_out(w, kw, strides[1], pads[1], pads[3])
     y = act("y", (n, oh, ow, c), x.quant, dtype)
-    return _graph(rng, op, [x], [y], {"kernel": [kh, kw], "strides": strides, "pads": pads, **_act_attrs(rng)})
+    return _graph(rng, op, [x], [y], {"window": [kh, kw], "strides": strides, "pads": pads, **_act_attrs(rng)})
 
 
 def global_pool_case(rng, dtype):
@@ -489,7 +489,7 @@ def _network(rng) -> Graph:
     node("conv", "conv2d", ["xq", const("w1", random_int8(rng, (4, 3, 3, 3)), "int8", wq(4, 0)),
                             const("b1", rng.integers(-500, 500, 4).astype(np.int32), "int32")],
          [tensor("c1", (1, 6, 6, 4), q(0.01, -128))], pads=[1, 1, 1, 1], act_min=0.0, act_max=6.0)
-    node("pool", "max_pool2d", ["c1"], [tensor("mp", (1, 3, 3, 4), q(0.01, -128))], kernel=[2, 2], strides=[2, 2])
+    node("pool", "max_pool2d", ["c1"], [tensor("mp", (1, 3, 3, 4), q(0.01, -128))], window=[2, 2], strides=[2, 2])
     node("dw", "depthwise_conv2d", ["mp", const("w2", random_int8(rng, (1, 3, 3, 4)), "int8", wq(4, 3))],
          [tensor("d", (1, 3, 3, 4), q(0.004, 0))], pads=[1, 1, 1, 1])
     node("add", "add", ["mp", "d"], [tensor("s", (1, 3, 3, 4), q(0.012, -30))])
@@ -556,9 +556,9 @@ BAD_GRAPHS = {
                          [act("y", (1, 1), q(0.1, 0))], {}),
     "scale 1/256": single_node("softmax", [act("x", (1, 3), q(0.1, 0))], [act("y", (1, 3), q(0.1, 0))], {}),
     "entirely in padding": single_node("avg_pool2d", [act("x", (1, 2, 2, 1), q(0.1, 0))], [act("y", (1, 3, 3, 1), q(0.1, 0))],
-                                {"kernel": [1, 1], "strides": [1, 1], "pads": [1, 1, 0, 0]}),
+                                {"window": [1, 1], "strides": [1, 1], "pads": [1, 1, 0, 0]}),
     "keeps its input's parameters": single_node("max_pool2d", [act("x", (1, 2, 2, 1), q(0.1, 0))], [act("y", (1, 1, 1, 1), q(0.2, 0))],
-                                         {"kernel": [2, 2], "strides": [2, 2]}),
+                                         {"window": [2, 2], "strides": [2, 2]}),
     "too large": single_node("mul", [act("a", (2,), q(1.0, 0)), act("b", (2,), q(1.0, 0))], [act("y", (2,), q(1e-10, 0))], {}),
     "no kernel for this op": single_node("Relu", [act("x", (2,), dtype="float32")], [act("y", (2,), dtype="float32")], {}),
 }

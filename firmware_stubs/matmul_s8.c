@@ -1,0 +1,68 @@
+/* int8 matrix products: 1x1 convolution (pixels x in_c by out_c x in_c) and
+ * fully connected (batches x in_features by out_features x in_features).
+ * Blocks of 2 rows x 2 output channels use every widened word twice
+ * (kiln_simd.h); a single row (batch-1 fully connected) goes against 4 weight
+ * rows at a time. A last odd channel pairs with itself, a last odd row takes
+ * one row x 2 channels. */
+#include "kiln_kernels.h"
+#include "kiln_simd.h"
+#include "kiln_stub_math.h"
+
+/* y[r][o] = requantize(bias[o] + x[r] . w[o]) for r < rows, o < cols, vectors of length k. */
+static void kiln_matmul_s8(const int8_t *x, const int8_t *w, int32_t rows, int32_t cols, int32_t k,
+                           const int32_t *bias, const int32_t *mult, const int32_t *shift, const kiln_out_t *out,
+                           int8_t *y)
+{
+    int32_t r, o = 0;
+    if (rows == 1 && k % 8 == 0) { /* one input vector: 4 weight rows at a time */
+        for (; o + 4 <= cols; o += 4) {
+            kiln_acc4_t acc;
+            int32_t j;
+            acc.a0 = (uint32_t)bias[o];
+            acc.a1 = (uint32_t)bias[o + 1];
+            acc.a2 = (uint32_t)bias[o + 2];
+            acc.a3 = (uint32_t)bias[o + 3];
+            kiln_dot_1x4(&acc, x, w + o * k, k);
+            {
+                const uint32_t a[4] = {acc.a0, acc.a1, acc.a2, acc.a3};
+                for (j = 0; j < 4; j++) {
+                    const kiln_rq_t q = kiln_rq_channel(mult[o + j], shift[o + j]);
+                    y[o + j] = kiln_out_s8(out, kiln_rq_apply(&q, kiln_wrap_s32(a[j])));
+                }
+            }
+        }
+    }
+    for (; o < cols; o += 2) {
+        const int32_t o1 = o + 1 < cols ? o + 1 : o; /* an odd last channel pairs with itself */
+        const kiln_rq_t q0 = kiln_rq_channel(mult[o], shift[o]), q1 = kiln_rq_channel(mult[o1], shift[o1]);
+        const int8_t *w0 = w + o * k, *w1 = w + o1 * k;
+        for (r = 0; r + 1 < rows; r += 2) {
+            kiln_acc2x2_t acc;
+            int8_t *y0 = y + r * cols, *y1 = y0 + cols;
+            acc.a00 = acc.a10 = (uint32_t)bias[o];
+            acc.a01 = acc.a11 = (uint32_t)bias[o1];
+            kiln_dot_2x2(&acc, x + r * k, x + (r + 1) * k, w0, w1, k);
+            kiln_store_2x2(&acc, q0, q1, *out, y0, y1, o, o1);
+        }
+        if (r < rows) {
+            uint32_t a0 = (uint32_t)bias[o], a1 = (uint32_t)bias[o1];
+            kiln_dot_1x2(&a0, &a1, x + r * k, w0, w1, k);
+            y[r * cols + o] = kiln_out_s8(out, kiln_rq_apply(&q0, kiln_wrap_s32(a0)));
+            y[r * cols + o1] = kiln_out_s8(out, kiln_rq_apply(&q1, kiln_wrap_s32(a1)));
+        }
+    }
+}
+
+void kiln_conv2d_1x1_s8(const kiln_conv2d_1x1_s8_params_t *p, const int8_t *x, const int8_t *w,
+                        const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
+{
+    const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
+    kiln_matmul_s8(x, w, p->pixels, p->out_c, p->in_c, bias, mult, shift, &out, y);
+}
+
+void kiln_fully_connected_s8(const kiln_fully_connected_s8_params_t *p, const int8_t *x, const int8_t *w,
+                             const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
+{
+    const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
+    kiln_matmul_s8(x, w, p->batches, p->out_features, p->in_features, bias, mult, shift, &out, y);
+}
