@@ -52,19 +52,11 @@ def make_repo(tmp_path):
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """compiled(model) -> the `kiln compile` output folder of models/<model>, built once per session."""
-    from toolchain.cli import main as kiln
+    """compiled(model) -> a folder with every artifact of `kiln compile models/<model>`, built once per
+    test session (xdist workers share it); programs built there are installed atomically."""
+    from model_builds import ModelBuilds, shared_root
 
-    cache: dict[str, Path] = {}
-
-    def get(model: str) -> Path:
-        if model not in cache:
-            out = tmp_path_factory.mktemp(model)
-            assert kiln(["compile", str(ROOT / "models" / model), "-o", str(out)]) == 0
-            cache[model] = out
-        return cache[model]
-
-    return get
+    return ModelBuilds(shared_root(tmp_path_factory.getbasetemp(), "kiln-models")).complete
 
 
 @pytest.fixture(scope="session")

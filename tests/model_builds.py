@@ -70,6 +70,15 @@ class ModelBuilds:
                     run_stage(name, model, ROOT / "models" / model, cfg, out)
         return out
 
+    def complete(self, model: str) -> Path:
+        """Every artifact `kiln compile` writes with the model's own config: the front's folder, planned and generated."""
+        out = self.front(model)
+        with _locked(self.root / f"{model}-int8-complete") as done:
+            if not done:
+                for name in BACK:
+                    run_stage(name, model, ROOT / "models" / model, self.config(model), out)
+        return out
+
     def variant(self, model: str, tag: str, mode: str = "int8", plan: dict | None = None,
                 codegen: dict | None = None) -> Path:
         """Plan and generate C for `model` with config overrides, in a folder named by `tag`."""

@@ -279,3 +279,26 @@ def test_lz4_float_weights_decompress_exactly(builds, objects, tmp_path):
             assert any(t.dtype == "float32" and "lz4_bytes" in t.attrs for t in planned.tensors.values())
         outputs.append(host.run_executable(program(folder, "tiny_resnet", objects), planned, samples))
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(*outputs))
+
+
+def test_model_with_an_empty_arena_compiles_and_runs(tmp_path, objects):
+    """One fully connected layer from input to output: no intermediate tensor, arena size 0, still strict-clean and bit-exact."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from toolchain.cli import main as kiln
+
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], name="fc")], "single",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "single.onnx")
+    np.save(tmp_path / "calib.npy", rng.standard_normal((8, 1, 8)).astype(np.float32))
+    out = tmp_path / "out"
+    assert kiln(["compile", str(tmp_path / "single.onnx"), "--calibration", str(tmp_path / "calib.npy"), "-o", str(out)]) == 0
+    planned = load(out / "planned.kir")
+    assert planned.meta["arena_size"] == 0
+    quantized, samples = int8_samples(out, count=3)
+    got = host.run_executable(program(out, "single", objects), planned, samples)
+    assert all(np.array_equal(g[0], w[0]) for g, w in zip(got, reference_outputs(quantized, samples)))

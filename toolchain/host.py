@@ -77,8 +77,10 @@ def build_executable(model_sources: list[Path], prefixes: list[str], out: Path, 
     stamp = out.with_name(out.name + ".sha256")
     if out.exists() and stamp.exists() and stamp.read_text() == digest:
         return out
-    _run_cc([cc, *flags, *map(str, objects), "-o", str(out), "-lm"], model_sources[0] if model_sources else out)
-    stamp.write_text(digest)
+    partial = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    _run_cc([cc, *flags, *map(str, objects), "-o", str(partial), "-lm"], model_sources[0] if model_sources else out)
+    os.replace(partial, out)  # concurrent builds of the same program each install a complete file
+    serialize.write_atomic(stamp, digest.encode())
     return out
 
 
