@@ -5,7 +5,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-debs=(flatbuffers-compiler gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)
+# chromium: the build report test renders the page headless.
+debs=(chromium flatbuffers-compiler gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)
 missing=()
 for pkg in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

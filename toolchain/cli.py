@@ -68,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--models", type=Path, default=Path("models"), help="the folder of model folders (for calibration files)")
     k.set_defaults(func=_cmd_check)
 
+    b = sub.add_parser("build-report", help="one self-contained HTML page of every model built under a build root")
+    b.add_argument("build_root", type=Path, help="e.g. build/host or build/cortex-m4")
+    b.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
+    b.add_argument("--models", type=Path, default=Path("models"), help="the folder of model folders (for calibration files)")
+    b.add_argument("--samples", type=int, default=8, help="calibration samples (or seeded inputs) for the per-layer SQNR")
+    b.set_defaults(func=_cmd_build_report)
+
     n = sub.add_parser("new", help="start a model folder: the source copied in and a commented model.toml")
     n.add_argument("name", help="the model's name (its folder under models/, its C symbol prefix)")
     n.add_argument("--from", dest="source", type=Path, required=True, help="a model.py, .onnx or .pt2 file")
@@ -156,6 +163,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     print(format_report(rep))
     if args.json:
         write_atomic(args.json, to_json(rep).encode())
+    return 0
+
+
+def _cmd_build_report(args: argparse.Namespace) -> int:
+    from toolchain.ir.serialize import write_atomic
+    from toolchain.report import build_report
+
+    if args.samples < 1:
+        raise KilnError(f"--samples must be at least 1, got {args.samples}")
+    write_atomic(args.output, build_report(args.build_root, args.models, args.samples).encode())
     return 0
 
 

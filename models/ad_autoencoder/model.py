@@ -9,27 +9,29 @@ kernels, batch-norm running statistics measured on seeded log-mel-like
 frames, and an output layer fitted by least squares to reconstruct those
 frames, as training would.
 
-Everything random comes from NumPy's seeded generator and the statistics and
-the fit are computed in float64 before rounding to float32, so the model is
-the same on every CPU. Inputs are (1, 640): five consecutive frames of 128
+The seeding is the zoo's shared recipe (`../_kit/zoo.py`) and the fit is
+computed in float64 too, so the model is the same on every CPU. Inputs are (1, 640): five consecutive frames of 128
 log-mel energies in dB, frame after frame.
 """
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+# ../_kit/zoo.py, listed in model.toml's model.depends: the build re-runs import when it changes.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "_kit"))
+import zoo  # noqa: E402
+
 FRAMES = 5
 MELS = 128
 INPUT_SHAPE = (1, FRAMES * MELS)
 WIDTHS = (FRAMES * MELS, 128, 128, 128, 128, 8, 128, 128, 128, 128)
-WEIGHT_SEED = 0
-BN_SHIFT = 1.0
-STATS_SEED = 1
 STATS_SAMPLES = 512
 RIDGE = 30.0
-CALIBRATION_SEED = 2
 CALIBRATION_SAMPLES = 64
 
 
@@ -65,45 +67,6 @@ def _log_mel_frames(count: int, seed: int) -> np.ndarray:
     return frames.reshape(count, FRAMES * MELS)
 
 
-def _seed_weights(net: nn.Module, rng: np.random.Generator) -> None:
-    """He-normal kernels and small biases; batch-norm scales near 1 and shifts near BN_SHIFT.
-
-    With shifts centred on 0 an untrained network is chaotic: each layer
-    roughly doubles a small perturbation such as int8 rounding, so the
-    output of a deep one is mostly quantization noise. Shifts near +1 keep
-    most ReLUs open (about 85%) and the noise from growing layer on layer.
-    """
-    def put(param: torch.Tensor, values: np.ndarray) -> None:
-        param.copy_(torch.from_numpy(values.astype(np.float32)))
-
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, nn.Linear):
-                put(m.weight, rng.standard_normal(m.weight.shape) * np.sqrt(2.0 / m.weight[0].numel()))
-                put(m.bias, 0.05 * rng.standard_normal(m.bias.shape))
-            elif isinstance(m, nn.BatchNorm1d):
-                put(m.weight, 1.0 + 0.1 * rng.standard_normal(m.weight.shape))
-                put(m.bias, BN_SHIFT + 0.1 * rng.standard_normal(m.bias.shape))
-
-
-def _float64_codes(net: AutoEncoder, samples: np.ndarray) -> np.ndarray:
-    """The last hidden layer's output for `samples` in float64, every batch norm accumulating its statistics.
-
-    Float64 keeps the statistics, once rounded to float32, independent of
-    the CPU's vector unit and thread count.
-    """
-    net.double().eval()
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm1d):
-            m.reset_running_stats()
-            m.momentum = None  # a cumulative average over the whole pass
-            m.train()
-    with torch.no_grad():
-        codes = net.hidden(torch.from_numpy(samples)).numpy()
-    net.float().eval()
-    return codes
-
-
 def _fit_output(layer: nn.Linear, codes: np.ndarray, targets: np.ndarray) -> None:
     """Ridge least squares from the codes to the inputs: the reconstruction a trained autoencoder learns."""
     design = np.hstack([codes, np.ones((len(codes), 1))])
@@ -116,9 +79,9 @@ def _fit_output(layer: nn.Linear, codes: np.ndarray, targets: np.ndarray) -> Non
 
 def model() -> nn.Module:
     net = AutoEncoder()
-    _seed_weights(net, np.random.default_rng(WEIGHT_SEED))
-    frames = _log_mel_frames(STATS_SAMPLES, STATS_SEED)
-    _fit_output(net.output, _float64_codes(net, frames), frames)
+    zoo.seed_weights(net, np.random.default_rng(zoo.WEIGHT_SEED))
+    frames = _log_mel_frames(STATS_SAMPLES, zoo.STATS_SEED)
+    _fit_output(net.output, zoo.batch_norm_statistics(net, frames, net.hidden).numpy(), frames)
     return net.eval()
 
 
@@ -133,4 +96,4 @@ def samples(count: int, seed: int) -> np.ndarray:
 
 def calibration_data() -> np.ndarray:
     """64 seeded log-mel-like samples shaped (N, 1, 640), float32."""
-    return samples(CALIBRATION_SAMPLES, CALIBRATION_SEED)
+    return samples(CALIBRATION_SAMPLES, zoo.CALIBRATION_SEED)

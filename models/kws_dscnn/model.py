@@ -9,31 +9,27 @@ trained: He-normal kernels, batch-norm running statistics measured on
 seeded MFCC-like features, and a readout scaled so the logits spread as a
 trained classifier's do.
 
-Everything random comes from NumPy's seeded generator and the statistics are
-computed in float64 before rounding to float32, so the model is the same on
+The seeding is the zoo's shared recipe (`../_kit/zoo.py`), the same on
 every CPU. Inputs are (1, 1, 49, 10): batch, channel, time frames, MFCC
 coefficients.
 """
 from __future__ import annotations
 
-import functools
-import itertools
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+# ../_kit/zoo.py, listed in model.toml's model.depends: the build re-runs import when it changes.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "_kit"))
+import zoo  # noqa: E402
 
 INPUT_SHAPE = (1, 1, 49, 10)
 CLASSES = 12
 FILTERS = 64
-WEIGHT_SEED = 0
-BN_SHIFT = 1.0
-STATS_SEED = 1
 STATS_SAMPLES = 64
-LOGIT_STD = 3.0
-READOUT_RANK = 4
-CALIBRATION_SEED = 2
 CALIBRATION_SAMPLES = 32
 
 
@@ -85,92 +81,10 @@ def _mfcc(count: int, seed: int) -> np.ndarray:
     return 2.0 * smooth * spread + word - word.mean(axis=(1, 2), keepdims=True)
 
 
-def _seed_weights(net: nn.Module, rng: np.random.Generator) -> None:
-    """He-normal kernels and small biases; batch-norm scales near 1 and shifts near BN_SHIFT.
-
-    With shifts centred on 0 an untrained network is chaotic: each layer
-    roughly doubles a small perturbation such as int8 rounding, so the
-    output of a deep one is mostly quantization noise. Shifts near +1 keep
-    most ReLUs open (about 85%) and the noise from growing layer on layer.
-    """
-    def put(param: torch.Tensor, values: np.ndarray) -> None:
-        param.copy_(torch.from_numpy(values.astype(np.float32)))
-
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                put(m.weight, rng.standard_normal(m.weight.shape) * np.sqrt(2.0 / m.weight[0].numel()))
-                put(m.bias, 0.05 * rng.standard_normal(m.bias.shape))
-            elif isinstance(m, nn.BatchNorm2d):
-                put(m.weight, 1.0 + 0.1 * rng.standard_normal(m.weight.shape))
-                put(m.bias, BN_SHIFT + 0.1 * rng.standard_normal(m.bias.shape))
-
-
-def _conv64(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
-    """`conv` in float64 as a sum over its kernel taps: torch has no fast float64 convolution on CPU."""
-    (ph, pw), (sh, sw), (kh, kw) = conv.padding, conv.stride, conv.kernel_size
-    x = F.pad(x, (pw, pw, ph, ph))
-    oh, ow = (x.shape[2] - kh) // sh + 1, (x.shape[3] - kw) // sw + 1
-    out = conv.bias.view(1, -1, 1, 1)
-    for i, j in itertools.product(range(kh), range(kw)):
-        tap = x[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw]
-        w = conv.weight[:, :, i, j]
-        out = out + (tap * w.view(1, -1, 1, 1) if conv.groups > 1 else torch.einsum("nchw,oc->nohw", tap, w))
-    return out
-
-
-def _float64_features(net: DSCNN, samples: np.ndarray) -> torch.Tensor:
-    """The pooled features of `samples` in float64, with every batch norm accumulating its running statistics.
-
-    Float64 keeps the statistics, once rounded to float32, independent of
-    the CPU's vector unit and thread count.
-    """
-    convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
-    net.double().eval()
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.reset_running_stats()
-            m.momentum = None  # a cumulative average over the whole pass
-            m.train()
-    for conv in convs:
-        conv.forward = functools.partial(_conv64, conv)
-    try:
-        with torch.no_grad():
-            return net.head[:3](net.blocks(net.stem(torch.from_numpy(samples))))
-    finally:
-        for conv in convs:
-            del conv.forward
-        net.float().eval()
-
-
-def _fit_readout(fc: nn.Linear, features: torch.Tensor, rng: np.random.Generator) -> None:
-    """A readout along the features' main directions, scaled so each logit has mean 0 and deviation LOGIT_STD.
-
-    Untrained pooled features differ little between inputs. A trained
-    readout weighs the directions in which inputs differ; this one mixes
-    the READOUT_RANK principal directions of the features over the samples,
-    and spreads the logits over several units as a trained classifier's are.
-    """
-    feats = features.numpy()
-    _, _, principal = np.linalg.svd(feats - feats.mean(axis=0), full_matrices=False)
-    principal = principal[:READOUT_RANK]
-    largest = principal[np.arange(READOUT_RANK), np.abs(principal).argmax(axis=1)]
-    principal *= np.sign(largest)[:, None]  # singular vectors' signs are arbitrary: fix them
-    direction = rng.standard_normal((fc.out_features, READOUT_RANK)) @ principal
-    raw = feats @ direction.T
-    gain = LOGIT_STD / raw.std(axis=0)
-    with torch.no_grad():
-        fc.weight.copy_(torch.from_numpy((direction * gain[:, None]).astype(np.float32)))
-        fc.bias.copy_(torch.from_numpy((-raw.mean(axis=0) * gain).astype(np.float32)))
-
-
 def model() -> nn.Module:
     net = DSCNN()
-    rng = np.random.default_rng(WEIGHT_SEED)
-    _seed_weights(net, rng)
-    features = _float64_features(net, _mfcc(STATS_SAMPLES, STATS_SEED)[:, None])
-    _fit_readout(net.head[3], features, rng)
-    return net.eval()
+    pooled = nn.Sequential(net.stem, net.blocks, net.head[:3])
+    return zoo.seeded_classifier(net, _mfcc(STATS_SAMPLES, zoo.STATS_SEED)[:, None], pooled, net.head[3])
 
 
 def example_inputs() -> tuple[torch.Tensor]:
@@ -184,4 +98,4 @@ def samples(count: int, seed: int) -> np.ndarray:
 
 def calibration_data() -> np.ndarray:
     """32 seeded MFCC-like samples shaped (N, 1, 1, 49, 10), float32."""
-    return samples(CALIBRATION_SAMPLES, CALIBRATION_SEED)
+    return samples(CALIBRATION_SAMPLES, zoo.CALIBRATION_SEED)

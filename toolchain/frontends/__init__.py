@@ -22,15 +22,20 @@ class Imported:
     calibration: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def import_model(source: Path, name: str, inputs: dict[str, Any]) -> Imported:
-    """Import `source` as graph `name`; `inputs` is the model.toml `inputs` table (name -> {shape, dtype})."""
+def import_model(source: Path, name: str, inputs: dict[str, Any], depends: tuple[Path, ...] | None = None) -> Imported:
+    """Import `source` as graph `name`; `inputs` is the model.toml `inputs` table (name -> {shape, dtype}).
+
+    `depends` are the model's `model.depends` files: the only files a
+    model.py may load from outside its folder (see `torch_module`); None
+    when there is no model.toml, and then nothing is checked.
+    """
     suffix = source.suffix.lower()
     if not source.exists():
         raise KilnError(f"{source}: no such model source")
     if suffix == ".py":
         from toolchain.frontends.torch_module import import_module_file
 
-        return import_module_file(source, name, inputs)
+        return import_module_file(source, name, inputs, depends)
     if suffix == ".pt2":
         from toolchain.frontends.torch_pt2 import import_pt2
 

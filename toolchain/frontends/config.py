@@ -1,7 +1,34 @@
 """model.toml `[model]` keys, read by the import stage."""
+from pathlib import Path, PurePosixPath
+
 from toolchain.config import Key
+from toolchain.errors import KilnError
+
+
+def _relative_paths(value: list) -> str | None:
+    for item in value:
+        if not isinstance(item, str) or not item:
+            return f"expected a list of file paths, got {item!r} in it"
+        if PurePosixPath(item).is_absolute():
+            return f"{item!r} is absolute; give it relative to the model folder"
+    return None
+
 
 CONFIG = {
     "source": Key("source", str, "model.py",
                   "The model source, relative to the model folder: a model.py (torch nn.Module factory), a .pt2 or an .onnx file."),
+    "depends": Key("depends", list, [],
+                   "Files outside the model folder that the source reads (e.g. a module shared by several model.py files), "
+                   "relative to the model folder; the import stage re-runs when one changes.", _relative_paths),
 }
+
+
+def depends_files(model_dir: Path, model_table: dict, where: str) -> list[Path]:
+    """The `model.depends` files of a model folder, resolved; a missing one is an error naming `where`."""
+    files = []
+    for rel in model_table["depends"]:
+        path = (model_dir / rel).resolve()
+        if not path.is_file():
+            raise KilnError(f"{where}: model.depends: {rel} does not exist (relative to {model_dir.name}/)")
+        files.append(path)
+    return sorted(set(files))

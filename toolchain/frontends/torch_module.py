@@ -14,7 +14,9 @@ Graph inputs are named after forward()'s parameters. The model.toml `inputs`
 table, when it names an input, must agree with example_inputs() in shape and
 dtype. The file is loaded by path under a private module name with its
 folder importable (for sibling modules and weight files), and sys.path and
-sys.modules are restored afterwards.
+sys.modules are restored afterwards. Files it loads from outside its folder
+(a module shared by several models) must be listed in model.toml's
+`model.depends`, which the build tracks.
 """
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ import contextlib
 import hashlib
 import importlib.util
 import inspect
+import os
+import site
 import sys
+import sysconfig
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator
@@ -36,11 +41,16 @@ from toolchain.frontends.torch_graph import check_bindings, convert, describe, q
 from toolchain.ir.graph import Graph
 
 
-def import_module_file(source: Path, name: str, inputs: dict[str, Any]) -> Imported:
-    """Import model.py `source` as graph `name`; `inputs` is the model.toml inputs table."""
+def import_module_file(source: Path, name: str, inputs: dict[str, Any], depends: tuple[Path, ...] | None = None) -> Imported:
+    """Import model.py `source` as graph `name`; `inputs` is the model.toml inputs table.
+
+    `depends` are its model.depends files; None (no model.toml to hold
+    them) skips the check that nothing else outside the folder is loaded.
+    """
     where = str(source)
     source = Path(source).resolve()
-    with _loaded(source, where) as module:
+    declared = None if depends is None else frozenset(Path(d).resolve() for d in depends)
+    with _loaded(source, where, declared) as module:
         module_obj = _call(module, "model", where)
         examples = _examples(_call(module, "example_inputs", where), where)
         graph = import_module(module_obj, examples, name, inputs, where, source.parent)
@@ -61,11 +71,22 @@ def import_module(module: Any, examples: tuple[torch.Tensor, ...], name: str, in
 
 
 @contextlib.contextmanager
-def _loaded(source: Path, where: str) -> Iterator[ModuleType]:
-    """model.py as a module, its folder on sys.path; everything it added to sys.path/sys.modules removed after."""
+def _loaded(source: Path, where: str, depends: frozenset[Path] | None) -> Iterator[ModuleType]:
+    """model.py as a module, its folder on sys.path; everything it added to sys.path/sys.modules removed after.
+
+    A model.py may load files from outside its folder only when model.toml
+    lists them in `model.depends` (the build tracks only the folder and
+    those): loading any other file that is not part of the Python
+    installation or of Kiln is an error. A module of a `depends` file that
+    an earlier import left loaded is set aside, so the file is read afresh.
+    """
     folder = source.parent
+    checked, depends = depends is not None, depends or frozenset()
     module_name = "_kiln_model_" + hashlib.sha256(str(source).encode()).hexdigest()[:16]
     saved_path = list(sys.path)
+    set_aside = {key: m for key, m in sys.modules.items() if depends and _file_of(m) in depends}
+    for key in set_aside:
+        del sys.modules[key]
     before = set(sys.modules)
     sys.path.insert(0, str(folder))
     try:
@@ -77,16 +98,44 @@ def _loaded(source: Path, where: str) -> Iterator[ModuleType]:
         except Exception as exc:
             raise KilnError(f"{where}: import failed: {describe(exc)}") from None
         yield module
+        if checked:
+            _check_declared(sorted(set(sys.modules) - before), folder, depends, where)
     finally:
         sys.path[:] = saved_path
         for key in set(sys.modules) - before:
-            if key == module_name or _file_inside(sys.modules[key], folder):
+            if key == module_name or _file_inside(sys.modules[key], folder) or _file_of(sys.modules[key]) in depends:
                 del sys.modules[key]
+        sys.modules.update(set_aside)
+
+
+def _file_of(module: ModuleType) -> Path | None:
+    file = getattr(module, "__file__", None)
+    return Path(file).resolve() if file else None
 
 
 def _file_inside(module: ModuleType, folder: Path) -> bool:
-    file = getattr(module, "__file__", None)
-    return bool(file) and Path(file).resolve().is_relative_to(folder)
+    file = _file_of(module)
+    return file is not None and file.is_relative_to(folder)
+
+
+def _installed_roots() -> list[Path]:
+    """Folders whose modules belong to the environment, not to a model: the Python installation and Kiln."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, site.getusersitepackages()}
+    roots.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    roots.add(str(Path(__file__).resolve().parents[1]))  # the toolchain package
+    return [Path(r).resolve() for r in sorted(roots)]
+
+
+def _check_declared(loaded: list[str], folder: Path, depends: frozenset[Path], where: str) -> None:
+    """Refuse a model.py that loaded a file from outside its folder which model.depends does not list."""
+    roots = _installed_roots()
+    for key in loaded:
+        file = _file_of(sys.modules[key])
+        if file is None or file.is_relative_to(folder) or file in depends or any(file.is_relative_to(r) for r in roots):
+            continue
+        rel = os.path.relpath(file, folder)
+        raise KilnError(f"{where}: loads {rel} from outside the model folder, which model.toml's model.depends does not "
+                        f"list (the build would not re-run import when it changes): add \"{rel}\" to model.depends")
 
 
 def _call(module: ModuleType, fn_name: str, where: str) -> Any:
