@@ -50,7 +50,7 @@ def import_module_file(source: Path, name: str, inputs: dict[str, Any], depends:
     where = str(source)
     source = Path(source).resolve()
     declared = None if depends is None else frozenset(Path(d).resolve() for d in depends)
-    with _loaded(source, where, declared) as module:
+    with _single_threaded(), _loaded(source, where, declared) as module:
         module_obj = _call(module, "model", where)
         examples = _examples(_call(module, "example_inputs", where), where)
         graph = import_module(module_obj, examples, name, inputs, where, source.parent)
@@ -68,6 +68,19 @@ def import_module(module: Any, examples: tuple[torch.Tensor, ...], name: str, in
     names = _input_names(module, len(examples), where)
     check_bindings(inputs or {}, {n: (tuple(t.shape), t.dtype) for n, t in zip(names, examples)}, where)
     return convert(_export(module, examples, where), name, where, folder=folder, input_names=names)
+
+
+@contextlib.contextmanager
+def _single_threaded() -> Iterator[None]:
+    """Run the user's model code on one thread: a float reduction's order, hence its bits, then does
+    not depend on how many cores the building machine has (weights or calibration samples computed
+    in model.py stay byte-identical across machines, so cache entries are shared)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager
