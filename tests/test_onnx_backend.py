@@ -86,15 +86,17 @@ def _out_of_scope(case) -> str | None:
     return None
 
 
-def _selected() -> list:
-    params = []
-    for name, case in sorted(_cases().items()):
-        if not _in_scope(case):
-            continue
-        reason = SKIP.get(name) or _out_of_scope(case)
-        marks = [pytest.mark.skip(reason=reason)] if reason else []
-        params.append(pytest.param(name, id=name, marks=marks))
-    return params
+def _selected() -> list[str]:
+    """The in-scope cases that run; the others are refused (test_skipped_cases_fail_cleanly)."""
+    return [name for name, case in sorted(_cases().items())
+            if _in_scope(case) and not (SKIP.get(name) or _out_of_scope(case))]
+
+
+def test_how_many_cases_run() -> None:
+    """With the pinned onnx: 550 node cases use only imported ops; 327 of them run (and must pass),
+    223 are out of scope by SKIP or by rule (dtype, Resize mode, 3-D pooling) and are refused cleanly."""
+    in_scope = [name for name, case in _cases().items() if _in_scope(case)]
+    assert (len(in_scope), len(_selected())) == (550, 327)
 
 
 def _constant_params(model: onnx.ModelProto, inputs: list[np.ndarray]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

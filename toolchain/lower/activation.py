@@ -6,8 +6,7 @@ import math
 from toolchain.ir.graph import Node
 from toolchain.lower.common import Site, Unsupported, qparams
 from toolchain.numerics.fixedpoint import float_bits
-from toolchain.numerics.functions import elementwise
-from toolchain.numerics.lut import build_lut
+from toolchain.numerics.lut import op_table
 from toolchain.numerics.softmax import MAX_ROW_SIZE, OUTPUT_SCALE, OUTPUT_ZERO_POINT, softmax_params
 
 
@@ -33,7 +32,7 @@ def lower_elementwise(site: Site) -> list[Node]:
         return [site.call(f"kiln_{site.node.op}_f32", [x.name], size=x.size, **_float_params(site))]
     in_scale, in_zp = qparams(x, "input")
     out_scale, out_zp = qparams(y, "output")
-    table = build_lut(elementwise(site.node.op, site.node.attrs), in_scale, in_zp, out_scale, out_zp)
+    table = op_table(site.node.op, site.node.attrs, in_scale, in_zp, out_scale, out_zp)
     return [site.call("kiln_lut_s8", [x.name, site.constant("lut", table, "int8", site.output().quant)], size=x.size)]
 
 

@@ -7,11 +7,13 @@ what a correctly rounded float32 `transform` would return.
 """
 from __future__ import annotations
 
-from typing import Callable
+import math
+from typing import Any, Callable
 
 import numpy as np
 
-from toolchain.numerics.fixedpoint import INT8_MAX, INT8_MIN, round_half_away
+from toolchain.numerics.fixedpoint import INT8_MAX, INT8_MIN, activation_range, clamp, round_half_away
+from toolchain.numerics.functions import elementwise
 
 LUT_SIZE = 256
 
@@ -32,6 +34,21 @@ def build_lut(fn: Callable[[np.ndarray], np.ndarray], in_scale: float, in_zp: in
     rescaled = np.where(np.isnan(rescaled), -np.inf, rescaled)
     q = np.clip(rescaled, -(2.0**24), 2.0**24).astype(np.int64) + int(out_zp)
     return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def op_table(op: str, attrs: dict[str, Any], in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
+    """The int8 table of elementwise op `op`.
+
+    A clamp is the identity rescaled to the output parameters, then clamped to integer bounds
+    derived as for a fused activation (TFLite's `CalculateActivationRangeQuantized`: the bound
+    divided by the scale, ties away from zero). Tabling the clamped real value instead would
+    round a bound lying on a half-step by the reciprocal product, one step off TFLite's
+    MAXIMUM/MINIMUM/RELU6 and off the same bounds fused into a conv.
+    """
+    if op != "clamp":
+        return build_lut(elementwise(op, attrs), in_scale, in_zp, out_scale, out_zp)
+    lo, hi = activation_range(float(attrs.get("act_min", -math.inf)), float(attrs.get("act_max", math.inf)), out_scale, out_zp)
+    return clamp(build_lut(lambda x: x, in_scale, in_zp, out_scale, out_zp), lo, hi).astype(np.int8)
 
 
 def apply_lut(x: np.ndarray, table: np.ndarray) -> np.ndarray:

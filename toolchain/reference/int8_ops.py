@@ -5,8 +5,8 @@ import numpy as np
 
 from toolchain.ir.graph import Graph, Node
 from toolchain.numerics.fixedpoint import INT8_MAX, INT8_MIN, clamp, quantize_value, requantize, round_half_away, wrap_int32
-from toolchain.numerics.functions import ELEMENTWISE_OPS, elementwise
-from toolchain.numerics.lut import apply_lut, build_lut
+from toolchain.numerics.functions import ELEMENTWISE_OPS
+from toolchain.numerics.lut import apply_lut, op_table
 from toolchain.numerics.params import add_params, mul_multiplier, requant_multiplier
 from toolchain.numerics.softmax import OUTPUT_SCALE, OUTPUT_ZERO_POINT, softmax_params, softmax_s8
 from toolchain.reference.executor import FLOAT_IMPLS
@@ -47,7 +47,7 @@ def _softmax(graph: Graph, node: Node, ins):
 @int8_impl(*ELEMENTWISE_OPS)
 def _elementwise(graph: Graph, node: Node, ins):
     (in_scale, in_zp), (out_scale, out_zp) = io_params(graph, node)
-    return [apply_lut(ins[0], build_lut(elementwise(node.op, node.attrs), in_scale, in_zp, out_scale, out_zp))]
+    return [apply_lut(ins[0], op_table(node.op, node.attrs, in_scale, in_zp, out_scale, out_zp))]
 
 
 @int8_impl("quantize")
