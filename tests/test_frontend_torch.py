@@ -168,7 +168,6 @@ def test_model_py_and_pt2_routes_agree(routes: dict[str, object]) -> None:
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_onnx_route_agrees(routes: dict[str, object]) -> None:
-    pytest.importorskip("toolchain.frontends.onnx")
     folder, inputs = routes["folder"], routes["inputs"]
     program = torch.onnx.export(routes["module"], inputs, dynamo=True, verbose=False)
     program.save(str(folder / "mixed.onnx"))
