@@ -85,9 +85,10 @@ def check_all(root: Path, models: Path | None = None) -> list[dict]:
 
 
 def render(rows: list[dict]) -> str:
-    lines = [f"{'model':<16} {'output check':<22} {'arena bytes':>12} {'weight bytes':>13}"]
+    width = max([len("model")] + [len(r["model"]) for r in rows])
+    lines = [f"{'model':<{width}}  {'output check':<22} {'arena bytes':>12} {'weight bytes':>13}"]
     for r in rows:
         verdict = "bit-exact" if r["bit_exact"] == r["samples"] else "MISMATCH"
         verdict += " ({}/{})".format(r["bit_exact"], r["samples"])
-        lines.append(f"{r['model']:<16} {verdict:<22} {r['arena_bytes']:>12} {r['weight_bytes']:>13}")
+        lines.append(f"{r['model']:<{width}}  {verdict:<22} {r['arena_bytes']:>12} {r['weight_bytes']:>13}")
     return "\n".join(lines)
