@@ -314,13 +314,34 @@ def test_elementwise_tables(op):
     (in_s, in_zp), (out_s, out_zp) = (0.045, -3), (0.0123, 17)
     x = np.arange(-128, 128, dtype=np.int8).reshape(2, 128)
     out = run1(op, [act("x", x.shape, q(in_s, in_zp))], [act("y", x.shape, q(out_s, out_zp))], attrs, {"x": x})["y"]
+    assert out.ravel().tolist() == _expected_table(op, attrs, fn, (in_s, in_zp), (out_s, out_zp))
+
+
+def _expected_table(op, attrs, fn, inp, outp) -> list[int]:
+    """As TFLite's LUTPopulate (float32 throughout); a clamp is the rescaled identity clamped to bounds
+    computed as CalculateActivationRangeQuantized does (the bound divided by the scale, ties away from zero)."""
+    (in_s, in_zp), (out_s, out_zp) = inp, outp
     inverse = F32(1) / F32(out_s)
+    lo, hi = -128, 127
+    if op == "clamp":
+        fn = float
+        lo = max(lo, out_zp + round_half_away(float(F32(attrs["act_min"]) / F32(out_s))))
+        hi = min(hi, out_zp + round_half_away(float(F32(attrs["act_max"]) / F32(out_s))))
     expect = []
     for v in range(-128, 128):
-        deq = F32(in_s) * F32(v - in_zp)  # as TFLite's LUTPopulate: float32 throughout
+        deq = F32(in_s) * F32(v - in_zp)
         rescaled = round_half_away(float(F32(fn(float(deq))) * inverse))
-        expect.append(min(max(rescaled + out_zp, -128), 127))
-    assert out.ravel().tolist() == expect
+        expect.append(min(max(rescaled + out_zp, lo), hi))
+    return expect
+
+
+def test_clamp_bounds_on_half_steps_round_as_fused_activations():
+    """A bound exactly between two output levels rounds away from zero, as TFLite's activation range does."""
+    attrs = {"act_min": -0.375, "act_max": 0.625}  # -1.5 and 2.5 output steps of 0.25
+    x = np.arange(-128, 128, dtype=np.int8).reshape(2, 128)
+    out = run1("clamp", [act("x", x.shape, q(0.0625, 0))], [act("y", x.shape, q(0.25, 0))], attrs, {"x": x})["y"]
+    assert out.min() == -2 and out.max() == 3
+    assert out.ravel().tolist() == _expected_table("clamp", attrs, None, (0.0625, 0), (0.25, 0))
 
 
 # -- quantization boundaries and float islands ------------------------------------------------------
