@@ -1,7 +1,9 @@
 """ONNX test models built with `onnx.helper`: one small graph per operator case, a small CNN, a shape subgraph."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -313,3 +315,28 @@ def export_torch_model(path: str, dynamo: bool, opset: int) -> None:
         net.bn.running_var.uniform_(0.5, 2)
     kwargs = {} if dynamo else {"dynamic_axes": {"x": {0: "batch"}}}
     torch.onnx.export(net, (torch.zeros(2, 3, 16, 16),), path, opset_version=opset, dynamo=dynamo, input_names=["x"], output_names=["probs", "sig"], **kwargs)
+
+
+def quantize_qdq(target: Path, activation: str, op_types: list[str] | None = None) -> Path:
+    """`qdq_source_model()` quantized by onnxruntime's quantize_static into a QDQ file at `target`:
+    per-channel int8 weights, `activation` ("QInt8" or "QUInt8") activations, 8 seeded calibration samples."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(11)
+            self.samples = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.samples, None)
+
+    source = target.with_name(f"{target.stem}_float.onnx")
+    onnx.save(qdq_source_model(), source)
+    logging.disable(logging.WARNING)
+    try:
+        quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8,
+                        **({"op_types_to_quantize": op_types} if op_types else {}))
+    finally:
+        logging.disable(logging.NOTSET)
+    return target

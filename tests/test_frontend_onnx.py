@@ -7,7 +7,6 @@ float simulation of the QDQ model within one output quantization step.
 """
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from onnx_models import FLOAT, OP_CASES, Case, export_torch_model, gelu_erf_model, gelu_tanh_model, make_model, qdq_source_model, shape_subgraph_model, silu_model, small_cnn
+from onnx_models import FLOAT, OP_CASES, Case, export_torch_model, gelu_erf_model, gelu_tanh_model, make_model, quantize_qdq, shape_subgraph_model, silu_model, small_cnn
 from toolchain.errors import KilnError
 from toolchain.frontends.onnx import import_onnx
 from toolchain.ir.graph import DTYPES, Graph
@@ -229,25 +228,7 @@ def test_external_data_outside_the_folder_is_refused(escape: str, tmp_path: Path
 
 # -- QDQ ---------------------------------------------------------------------------------------------
 def _quantize(tmp_path: Path, activation: str) -> Path:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            rng = np.random.default_rng(11)
-            self.samples = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)])
-
-        def get_next(self):
-            return next(self.samples, None)
-
-    source, target = _save(qdq_source_model(), tmp_path / "float.onnx"), tmp_path / f"qdq_{activation}.onnx"
-    logging.disable(logging.WARNING)
-    try:
-        quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8,
-                        op_types_to_quantize=["Conv", "Add", "MaxPool", "Flatten", "Gemm"])
-    finally:
-        logging.disable(logging.NOTSET)
-    return target
+    return quantize_qdq(tmp_path / f"qdq_{activation}.onnx", activation, ["Conv", "Add", "MaxPool", "Flatten", "Gemm"])
 
 
 def _fake_quant(a: np.ndarray, quant) -> np.ndarray:

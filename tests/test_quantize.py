@@ -24,7 +24,7 @@ from toolchain.quantize.scheme import choose_qparams, quantize_weights
 from toolchain.reference.executor import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from onnx_models import qdq_source_model  # noqa: E402
+from onnx_models import quantize_qdq  # noqa: E402
 
 DEFAULTS = {k: v.default for k, v in CONFIG.items()}
 INF = math.inf
@@ -440,31 +440,12 @@ def test_qdq_weights_that_cannot_be_recovered():
 @pytest.fixture(scope="module", params=["QInt8", "QUInt8"])
 def onnxruntime_qdq(request, tmp_path_factory) -> tuple[Path, Graph]:
     """onnxruntime's QDQ quantization of a small CNN, imported and normalized."""
-    import logging
-
-    import onnx
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
     from toolchain.frontends import import_model
     from toolchain.passes import normalize
     from toolchain.passes.config import CONFIG as NORMALIZE_CONFIG
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            rng = np.random.default_rng(11)
-            self.samples = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)])
-
-        def get_next(self):
-            return next(self.samples, None)
-
     folder = tmp_path_factory.mktemp("qdq")
-    onnx.save(qdq_source_model(), folder / "float.onnx")
-    logging.disable(logging.WARNING)
-    try:
-        quantize_static(str(folder / "float.onnx"), str(folder / "qdq.onnx"), Reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=True, activation_type=getattr(QuantType, request.param), weight_type=QuantType.QInt8)
-    finally:
-        logging.disable(logging.NOTSET)
+    quantize_qdq(folder / "qdq.onnx", request.param)
     imported = import_model(folder / "qdq.onnx", "qdq", {})
     return folder / "qdq.onnx", normalize(imported.graph, {k: v.default for k, v in NORMALIZE_CONFIG.items()})
 
