@@ -7,8 +7,8 @@ truncated file), the file identifier (a foreign file) and the schema version.
 from __future__ import annotations
 
 import os
+import secrets
 import struct
-import tempfile
 from pathlib import Path
 
 import flatbuffers
@@ -86,10 +86,15 @@ def load(path: str | os.PathLike) -> Graph:
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write via a temp file in the same folder and rename, so readers never see half a file."""
+    """Write via a temp file in the same folder and rename, so readers never see half a file.
+
+    The file is created with mode 0666 less the umask, as a compiler's
+    outputs are (`mkstemp` would make every artifact private to its owner).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
