@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from toolchain.check import reference_outputs, seeded_inputs
+from toolchain.quantize.samples import load_samples
 from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.runio import quantize_inputs
@@ -31,7 +32,7 @@ def bench_model(build: Path, layers: bool) -> dict:
     """One model's row: instruction counts over the seeded samples, MACs, sizes, and the output check."""
     name = build.name
     quantized, planned = load(build / "quantized.kir"), load(build / "planned.kir")
-    samples = quantize_inputs(quantized, seeded_inputs(quantized, build / "calibration.npz"))
+    samples = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(build).inputs))
     run = run_firmware(build / f"{name}.elf", planned, samples)
     want = reference_outputs(quantized, samples)
     exact = sum(all(np.array_equal(g, w) for g, w in zip(gs, ws)) for gs, ws in zip(run.outputs, want))

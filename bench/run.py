@@ -14,7 +14,7 @@ in a row (it rewrites the same bytes) and the median counts. Then:
   `kiln check` uses, outputs checked bit for bit) from a QEMU run of the
   model's firmware image, through `bench/cortex_m.py`;
 - int8 output SQNR and top-1 agreement against the float graph, as
-  `kiln report` measures them (16 calibration samples);
+  `kiln report` measures them (the 16 calibration samples the build keeps);
 - for a model whose model.py defines `test_data()` (digits_cnn): top-1
   accuracy of the float graph and of the generated C on that held-out split.
 
@@ -40,12 +40,12 @@ import numpy as np
 import arena
 import cortex_m as m4_bench
 from toolchain import config as model_config, host
-from toolchain.check import model_calibration, seeded_inputs
 from toolchain.codegen.names import c_identifier
 from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.ir.graph import Graph
 from toolchain.quantize.report import report
+from toolchain.quantize.samples import load_samples, report_inputs
 from toolchain.reference.executor import run
 from toolchain.runio import quantize_inputs
 from toolchain.stages import STAGES
@@ -115,12 +115,10 @@ def load_model_py(path: Path) -> ModuleType:
     return module
 
 
-def sqnr(model: str, build: Path) -> tuple[float | None, float]:
+def sqnr(build: Path) -> tuple[float | None, float]:
     """Output SQNR in dB (None: bit-exact) and top-1 agreement of int8 against float, as `kiln report` gives them."""
     normalized, quantized = load(build / "normalized.kir"), load(build / "quantized.kir")
-    rows = seeded_inputs(normalized, model_calibration(build, MODELS / model), count=REPORT_SAMPLES)
-    samples = {name: np.stack([r[i] for r in rows]) for i, name in enumerate(normalized.inputs)}
-    rep = report(normalized, quantized, samples)
+    rep = report(normalized, quantized, *report_inputs(normalized, load_samples(build), REPORT_SAMPLES))
     return rep["outputs"].get(quantized.outputs[0]), rep["top1_agreement"]
 
 
@@ -143,7 +141,7 @@ def bench_model(model: str, build: Path, repeat: int, m4: bool) -> dict[str, Any
     planned = load(build / "planned.kir")
     memory = arena.bench_model(model, build)
     macs = graph_macs(planned)
-    sqnr_db, top1 = sqnr(model, build)
+    sqnr_db, top1 = sqnr(build)
     m4_row = cortex_m4(model, build, prefix) if m4 else None
     return {
         "model": model,

@@ -61,7 +61,7 @@ def compiled(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def calibration(compiled):
-    """calibration(model) -> the model's calibration samples per input (its files, or calibration_data())."""
-    from toolchain.check import model_calibration
+    """calibration(model) -> the calibration samples the model's build keeps, per input."""
+    from toolchain.quantize.samples import load_samples
 
-    return lambda model: model_calibration(compiled(model), ROOT / "models" / model)
+    return lambda model: load_samples(compiled(model)).inputs

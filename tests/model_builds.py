@@ -86,7 +86,7 @@ class ModelBuilds:
         out = self.root / f"{model}-{mode}-{tag}"
         with _locked(out) as done:
             if not done:
-                for artifact in ("quantized.kir", "lowered.kir", "calibration.npz"):
+                for artifact in ("quantized.kir", "lowered.kir", "samples.npz"):
                     shutil.copy2(front / artifact, out / artifact)
                 cfg = self.config(model, mode, plan=plan or {}, codegen=codegen or {})
                 for name in BACK:

@@ -7,8 +7,8 @@ tables are generated from the stage registry, so a stage, table or module
 added later gets its rows without editing this file.
 
 An action is one string: `kiln <stage> <model>`, `cc <object>`,
-`link <program>`, `table <model table .c>` or `cache <target>` (retrieved
-from the build cache). Expected sets are derived from the registry and from
+`link <program>`, `manifest <program>.manifest`, `table <model table .c>` or
+`cache <target>` (retrieved from the build cache). Expected sets are derived from the registry and from
 the layout of the host build (`SConstruct`), never from a build.
 """
 from __future__ import annotations
@@ -43,6 +43,7 @@ CALIBRATION_FILE = "samples.npy"
 _ACTION_PATTERNS = (
     (re.compile(r"^kiln (\w+) (\S+)$"), lambda m: f"kiln {m[1]} {m[2]}"),
     (re.compile(r"^model table (\S+)$"), lambda m: f"table {m[1]}"),
+    (re.compile(r"^manifest (\S+)$"), lambda m: f"manifest {m[1]}"),
     (re.compile(r"^Retrieved `(.+)' from cache$"), lambda m: f"cache {m[1]}"),
     (re.compile(r"^\S*(?:gcc|cc|clang)\s+-o\s(\S+)\s+-c\s"), lambda m: f"cc {m[1]}"),
     (re.compile(r"^\S*(?:gcc|cc|clang)\s+-o\s(\S+)\s"), lambda m: f"link {m[1]}"),
@@ -255,9 +256,14 @@ def compiled(b: Build, objects: set[str], changed: bool) -> set[str]:
     return {f"cc {o}" for o in objects} | links
 
 
+def manifests(models: set[str] | tuple[str, ...] | list[str]) -> set[str]:
+    """Models whose generated C changed rewrite the manifest `kiln check` reads (the graphs change with it)."""
+    return {f"manifest {HOST}/{m}/{m}.manifest" for m in models}
+
+
 def model_output(b: Build, model: str) -> set[str]:
     """A model's generated C changed: its object recompiles, its program and the firmware relink."""
-    return compiled(b, {f"{HOST}/{model}/{model}.o"}, changed=True)
+    return compiled(b, {f"{HOST}/{model}/{model}.o"}, changed=True) | manifests([model])
 
 
 def new_model(b: Build, model: str) -> set[str]:
@@ -265,7 +271,7 @@ def new_model(b: Build, model: str) -> set[str]:
     return (from_stage(STAGE_NAMES[0], [model])
             | {f"table {HOST}/{model}/{model}_models.c", f"table {HOST}/firmware_models.c"}
             | {f"cc {HOST}/{model}/{model}.o", f"cc {HOST}/{model}/{model}_models.o", f"cc {HOST}/firmware_models.o"}
-            | {f"link {HOST}/{model}/{model}", f"link {HOST}/firmware"})
+            | {f"link {HOST}/{model}/{model}", f"link {HOST}/firmware"} | manifests([model]))
 
 
 # -- rows ----------------------------------------------------------------------------------
@@ -408,10 +414,12 @@ def fixed_rows() -> list[Row]:
         Row("codegen:prefix", '`[codegen] prefix = "cnn"` (tiny_cnn): new symbol names, new model tables',
             lambda repo: set_key(repo / "models/tiny_cnn/model.toml", "codegen", "prefix", "cnn"),
             lambda b: table_edit("codegen", "codegen", "tiny_cnn") | {f"table {HOST}/tiny_cnn/tiny_cnn_models.c", f"table {HOST}/firmware_models.c"}
-            | compiled(b, {f"{HOST}/tiny_cnn/tiny_cnn.o", f"{HOST}/tiny_cnn/tiny_cnn_models.o", f"{HOST}/firmware_models.o"}, changed=True)),
+            | compiled(b, {f"{HOST}/tiny_cnn/tiny_cnn.o", f"{HOST}/tiny_cnn/tiny_cnn_models.o", f"{HOST}/firmware_models.o"}, changed=True)
+            | manifests(["tiny_cnn"])),
         Row("template", "a jinja2 template: one more exported constant in `model.c.j2`",
             lambda repo: append(repo / "toolchain/codegen/templates/model.c.j2", "\nconst int {{ prefix }}_matrix_probe = 1;\n"),
-            lambda b: stages(["codegen"], b.models) | compiled(b, {f"{HOST}/{m}/{m}.o" for m in b.models}, changed=True)),
+            lambda b: stages(["codegen"], b.models) | compiled(b, {f"{HOST}/{m}/{m}.o" for m in b.models}, changed=True)
+            | manifests(b.models)),
         Row("stub.c:comment", "a comment in a kernel stub `.c`", lambda repo: append(_first_stub(repo), "/* a comment */\n"),
             lambda b: compiled(b, {_stub_object(b)}, changed=False)),
         Row("stub.c:code", "a kernel stub `.c`: one more function", lambda repo: _probe_function(_first_stub(repo)),

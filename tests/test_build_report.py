@@ -137,7 +137,7 @@ def test_names_from_model_files_are_escaped():
     layer = Layer(index=0, name=name, op="conv2d", kernel="kiln_conv2d_s8", inputs=["int8[1, 4]"], output="int8[1, 4]",
                   memory="arena", offset=0, nbytes=16, macs=64, compared=True, sqnr_db=30.0)
     model = ModelReport(name=f"m{name}", layers=[layer], steps=steps, arena_size=32, lower_bound=32, macs=64,
-                        output_sqnr_db=None, top1_agreement=1.0, samples=1, size_source=name, sizes=[SizeRow(name, 1)])
+                        output_sqnr_db=None, top1_agreement=1.0, inputs=name, size_source=name, sizes=[SizeRow(name, 1)])
     html = render(name, [model])
     assert "<script" not in html and name not in html
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&amp;" in html

@@ -15,6 +15,7 @@ import pytest
 from model_builds import MODELS, ModelBuilds, shared_root
 from toolchain import host
 from toolchain.check import reference_outputs, seeded_inputs
+from toolchain.quantize.samples import load_samples
 from toolchain.codegen import generate
 from toolchain.errors import KilnError
 from toolchain.ir import Graph, load
@@ -46,7 +47,7 @@ def program(out: Path, model: str, objects: Path, name: str = "asan", main: Path
 
 def int8_samples(out: Path, count: int = 8) -> tuple[Graph, list[list[np.ndarray]]]:
     quantized = load(out / "quantized.kir")
-    return quantized, quantize_inputs(quantized, seeded_inputs(quantized, out / "calibration.npz", count=count))
+    return quantized, quantize_inputs(quantized, seeded_inputs(quantized, load_samples(out).inputs, count=count))
 
 
 def assert_bit_exact(got: list[list[np.ndarray]], want: list[list[np.ndarray]]) -> None:
@@ -82,7 +83,7 @@ def test_float_path_matches_float_reference(builds, objects, model):
     assert all(planned.tensors[n].dtype == "float32" for n in planned.inputs + planned.outputs)
     any_dtype = ("", "kiln_copy_part", "kiln_slice", "kiln_transpose", "kiln_resize_nearest")
     assert all(n.attrs["kernel"].endswith("_f32") or n.attrs["kernel"] in any_dtype for n in planned.nodes)
-    samples = seeded_inputs(quantized, out / "calibration.npz", count=6)
+    samples = seeded_inputs(quantized, load_samples(out).inputs, count=6)
     got = host.run_executable(program(out, model, objects), planned, samples)
     for g, w in zip(got, reference_outputs(quantized, samples)):
         for a, b in zip(g, w):
@@ -168,7 +169,7 @@ def test_hostile_names_cannot_escape_comments_or_strings(builds, objects, tmp_pa
         assert "??" not in source and "\\" not in source and "//" not in source
         assert source.count("/*") == source.count("*/")
         assert not re.search(r"^\s*#define X", source, re.M)
-    for f in ("lowered.kir", "quantized.kir", "calibration.npz"):
+    for f in ("lowered.kir", "quantized.kir", "samples.npz"):
         (tmp_path / f).write_bytes((front / f).read_bytes())
     quantized, samples = int8_samples(tmp_path)
     got = host.run_executable(program(tmp_path, "tiny_resnet", objects), planned, samples)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from toolchain.cli import resolve_source
 from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.ir.graph import Graph, Node, Tensor
+from toolchain.quantize.samples import load_samples
 from toolchain.runio import quantize_inputs
 from toolchain.stages import STAGES, run_stage
 from toolchain.target import cortex_m, qemu, size
@@ -280,11 +280,9 @@ def test_model_table_selection_and_errors(hand_dir, hand_elf):
 
 @pytest.mark.parametrize("how, exception, number", [(1, "BusFault", 5), (2, "UsageFault", 6), (3, "MemManage", 4)])
 def test_fault_is_a_quick_failure(hand_elf, how, exception, number):
-    """A bad address, an undefined instruction and a stack overflow each end the run with a report."""
-    start = time.monotonic()
+    """A bad address, an undefined instruction and a stack overflow each end the run with a report (not the timeout)."""
     with pytest.raises(KilnError, match=rf"firmware fault \(exit status {128 + number}\): kiln fault: {exception} "):
         qemu.run_firmware(hand_elf, FAULT, [[np.array([how], np.int8)]], model="hand_fault", timeout=30)
-    assert time.monotonic() - start < 10
     assert qemu.run_firmware(hand_elf, FAULT, [[np.array([9], np.int8)]], model="hand_fault").outputs[0][0][0] == 9
 
 
@@ -296,10 +294,21 @@ def test_stack_peak_is_measured(hand_elf):
 
 
 def test_hang_is_bounded_by_the_timeout(hand_elf):
-    start = time.monotonic()
     with pytest.raises(KilnError, match="no exit within 2 s"):
         qemu.run_firmware(hand_elf, FAULT, [[np.array([4], np.int8)]], model="hand_fault", timeout=2)
-    assert time.monotonic() - start < 8
+    assert not running_with(str(hand_elf)), "QEMU left running"
+
+
+def running_with(argument: str) -> list[str]:
+    """Processes whose command line holds `argument`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if argument in cmdline.read_bytes().decode(errors="replace"):
+                found.append(cmdline.parent.name)
+        except OSError:  # the process ended while we looked
+            pass
+    return found
 
 
 def test_size_report_of_hand_image(hand_elf):
@@ -338,7 +347,7 @@ def test_model_matches_host_program_and_reference(name, tmp_path):
     exe = host.build_executable([source], [prefix], tmp_path / "host_program")
     elf = cortex_m.build_firmware([source], [cortex_m.firmware_model(prefix, planned)], tmp_path / "firmware" / f"{name}.elf")
 
-    samples = quantize_inputs(quantized, seeded_inputs(quantized, tmp_path / "calibration.npz"))
+    samples = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(tmp_path).inputs))
     run = qemu.run_firmware(elf, planned, samples)
     on_host = host.run_executable(exe, planned, samples)
     want = reference_outputs(quantized, samples)
@@ -368,7 +377,7 @@ def test_scons_cortex_m4_target(tmp_path):
     build = tmp_path / "build" / "cortex-m4"
     assert not (tmp_path / "build" / "host").exists()
     quantized, planned = load(build / model / "quantized.kir"), load(build / model / "planned.kir")
-    samples = quantize_inputs(quantized, seeded_inputs(quantized, build / model / "calibration.npz", count=3))
+    samples = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(build / model).inputs, count=3))
     want = reference_outputs(quantized, samples)
     assert qemu.list_models(build / "firmware.elf") == [model]
     for elf in (build / model / f"{model}.elf", build / "firmware.elf"):

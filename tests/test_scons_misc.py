@@ -54,7 +54,8 @@ def test_model_and_stage_aliases_build_exactly_their_part(snapshot, tmp_path):
     actions, log, _ = run_scons(repo, "-j2", ONNX_MODEL)
     program = f"build/host/{ONNX_MODEL}/{ONNX_MODEL}"
     objects = Build(snapshot).programs()[program]
-    assert actions == {f"table build/host/{ONNX_MODEL}/{ONNX_MODEL}_models.c", f"link {program}"} | {f"cc {o}" for o in objects}, log
+    assert actions == ({f"table build/host/{ONNX_MODEL}/{ONNX_MODEL}_models.c", f"link {program}", f"manifest {program}.manifest"}
+                       | {f"cc {o}" for o in objects}), log
 
 
 def test_explain_shows_the_config_text_and_the_module_that_changed(snapshot, tmp_path):

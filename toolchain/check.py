@@ -1,10 +1,13 @@
 """`kiln check`: run every built model's host program and compare it with the reference executor.
 
-For each model folder under a build root (holding `quantized.kir`,
-`planned.kir` and the linked program), seeded inputs — the calibration
-samples when the model has them — are quantized, run through the program and
-through the integer (or float) reference; the table says whether they agree
-bit for bit, and gives the arena and weight bytes.
+For each model folder under a build root, the program must first be the one
+the build linked from the folder's current graphs (`toolchain/manifest.py`):
+a model whose graphs changed since (a partial build such as `scons
+MODEL-quantize`), or that has no program, is reported as out of date or not
+built, never as a mismatch. Up-to-date
+programs run on the calibration samples the build keeps (seeded noise when
+it keeps none), quantized, and their outputs are compared bit for bit with
+the integer reference on the same inputs.
 """
 from __future__ import annotations
 
@@ -16,39 +19,26 @@ from toolchain import host
 from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.ir.graph import Graph
+from toolchain.manifest import changed_since
+from toolchain.quantize.samples import load_samples
 from toolchain.runio import quantize_inputs
 
 SAMPLES = 10
 
 
-def model_calibration(build: Path, model_dir: Path | None) -> dict[str, np.ndarray]:
-    """The samples the model was calibrated with: its quant.calibration files, else calibration_data()."""
-    npz = build / "calibration.npz"
-    if model_dir is not None and (model_dir / "model.toml").exists():
-        from toolchain import config
-        from toolchain.quantize.calibration import load_calibration
-
-        cfg = config.load(model_dir / "model.toml")
-        if cfg["quant"]["mode"] != "none":
-            return load_calibration(load(build / "normalized.kir"), cfg["quant"], model_dir, npz)
-    return dict(np.load(npz)) if npz.exists() else {}
-
-
-def seeded_inputs(graph: Graph, calibration: Path | dict[str, np.ndarray] | None, count: int = SAMPLES, seed: int = 0) -> list[list[np.ndarray]]:
-    """`count` float samples: calibration samples (a dict, or an .npz path) when there are any, else seeded normal noise."""
-    if isinstance(calibration, Path):
-        calibration = dict(np.load(calibration)) if calibration.exists() else {}
-    data = calibration or {}
+def seeded_inputs(graph: Graph, samples: dict[str, np.ndarray] | None, count: int = SAMPLES, seed: int = 0) -> list[list[np.ndarray]]:
+    """`count` float samples: `samples` (per input, (N, *shape)) in turn when there are any, else seeded normal noise."""
+    data = samples or {}
     rng = np.random.default_rng(seed)
-    samples = []
+    rows = []
     for i in range(count):
         row = []
         for name in graph.inputs:
             shape = graph.tensors[name].shape
             arr = data.get(name)
             row.append(arr[i % len(arr)].reshape(shape) if arr is not None and len(arr) else rng.standard_normal(shape).astype(np.float32))
-        samples.append(row)
-    return samples
+        rows.append(row)
+    return rows
 
 
 def reference_outputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
@@ -62,33 +52,59 @@ def reference_outputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[lis
     return outs
 
 
-def check_model(build: Path, model_dir: Path | None = None) -> dict:
+def staleness(build: Path) -> str | None:
+    """Why the program in `build` is not the one its current graphs make, or None when it is."""
     name = build.name
+    program, record = build / name, build / f"{name}.manifest"
+    if not program.is_file() or not record.is_file():
+        return f"not built: no program (run `scons {name}`)"
+    try:
+        changed = changed_since(build, record.read_text())
+    except (OSError, ValueError, AttributeError) as exc:
+        raise KilnError(f"{record}: unreadable manifest ({exc})") from None
+    if changed:
+        return f"out of date: {', '.join(changed)} changed since the program was built (run `scons {name}`)"
+    return None
+
+
+def check_model(build: Path) -> dict:
+    """One row of the check table for the model built in `build`."""
+    name = build.name
+    row = {"model": name, "samples": 0, "bit_exact": 0, "stale": staleness(build)}
+    if row["stale"]:
+        return row
     quantized, planned = load(build / "quantized.kir"), load(build / "planned.kir")
-    exe = build / name
-    if not exe.exists():
-        raise KilnError(f"{exe}: no host program (build it with `scons {name}`)")
-    samples = quantize_inputs(quantized, seeded_inputs(quantized, model_calibration(build, model_dir)))
-    got = host.run_executable(exe, planned, samples)
+    kept = load_samples(build)
+    samples = quantize_inputs(quantized, seeded_inputs(quantized, kept.inputs))
+    got = host.run_executable(build / name, planned, samples)
     want = reference_outputs(quantized, samples)
     exact = sum(all(np.array_equal(g, w) for g, w in zip(gs, ws)) for gs, ws in zip(got, want))
     weights = sum(t.nbytes for t in planned.tensors.values() if t.is_constant)
-    return {"model": name, "samples": len(samples), "bit_exact": exact, "arena_bytes": int(planned.meta["arena_size"]), "weight_bytes": weights}
+    return row | {"samples": len(samples), "bit_exact": exact, "arena_bytes": int(planned.meta["arena_size"]),
+                  "weight_bytes": weights, "inputs": f"from {kept.source}" if kept.count else "seeded random inputs"}
 
 
-def check_all(root: Path, models: Path | None = None) -> list[dict]:
-    """Check every model built under `root`; `models` is the folder of model folders, for their calibration files."""
-    builds = sorted(p.parent for p in root.glob("*/planned.kir"))
+def check_all(root: Path) -> list[dict]:
+    """Check every model under `root` that the build has started (it holds an imported graph)."""
+    builds = sorted(p.parent for p in root.glob("*/imported.kir"))
     if not builds:
         raise KilnError(f"{root}: no built models (run scons first)")
-    return [check_model(b, models / b.name if models else None) for b in builds]
+    return [check_model(b) for b in builds]
+
+
+def passed(row: dict) -> bool:
+    return not row["stale"] and row["bit_exact"] == row["samples"]
 
 
 def render(rows: list[dict]) -> str:
     width = max([len("model")] + [len(r["model"]) for r in rows])
-    lines = [f"{'model':<{width}}  {'output check':<22} {'arena bytes':>12} {'weight bytes':>13}"]
+    lines = [f"{'model':<{width}}  {'output check':<22} {'arena bytes':>12} {'weight bytes':>13}  inputs"]
     for r in rows:
-        verdict = "bit-exact" if r["bit_exact"] == r["samples"] else "MISMATCH"
+        if r["stale"]:
+            lines.append(f"{r['model']:<{width}}  {r['stale'].split(':')[0].upper():<22} {'-':>12} {'-':>13}")
+            continue
+        verdict = "bit-exact" if passed(r) else "MISMATCH"
         verdict += " ({}/{})".format(r["bit_exact"], r["samples"])
-        lines.append(f"{r['model']:<{width}}  {verdict:<22} {r['arena_bytes']:>12} {r['weight_bytes']:>13}")
+        lines.append(f"{r['model']:<{width}}  {verdict:<22} {r['arena_bytes']:>12} {r['weight_bytes']:>13}  {r['inputs']}")
+    lines += [f"{r['model']}: {r['stale']}" for r in rows if r["stale"]]
     return "\n".join(lines)

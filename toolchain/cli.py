@@ -58,21 +58,18 @@ def _parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("report", help="accuracy of a compiled model: per-layer SQNR of int8 against float, top-1 agreement")
     q.add_argument("outdir", type=Path, help="a model's build folder or `kiln compile` output (normalized.kir, quantized.kir)")
-    q.add_argument("--samples", type=int, default=16, help="how many calibration samples (or seeded inputs) to compare on")
+    q.add_argument("--samples", type=int, default=16, help="how many of the calibration samples the build keeps (16) to compare on")
     q.add_argument("--json", type=Path, help="also write the report as JSON")
-    q.add_argument("--model-dir", type=Path, help="the model folder, for its calibration files (default: models/<name> if it exists)")
     q.set_defaults(func=_cmd_report)
 
     k = sub.add_parser("check", help="run every built model's host program against the reference executor")
     k.add_argument("build_root", type=Path, nargs="?", default=Path("build/host"))
-    k.add_argument("--models", type=Path, default=Path("models"), help="the folder of model folders (for calibration files)")
     k.set_defaults(func=_cmd_check)
 
     b = sub.add_parser("build-report", help="one self-contained HTML page of every model built under a build root")
     b.add_argument("build_root", type=Path, help="e.g. build/host or build/cortex-m4")
     b.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
-    b.add_argument("--models", type=Path, default=Path("models"), help="the folder of model folders (for calibration files)")
-    b.add_argument("--samples", type=int, default=8, help="calibration samples (or seeded inputs) for the per-layer SQNR")
+    b.add_argument("--samples", type=int, default=8, help="how many of the calibration samples each build keeps to compare on")
     b.set_defaults(func=_cmd_build_report)
 
     n = sub.add_parser("new", help="start a model folder: the source copied in and a commented model.toml")
@@ -149,17 +146,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from toolchain.check import model_calibration, seeded_inputs
     from toolchain.ir import load
     from toolchain.ir.serialize import write_atomic
     from toolchain.quantize.report import format_report, report, to_json
+    from toolchain.quantize.samples import load_samples, report_inputs
 
+    if args.samples < 1:
+        raise KilnError(f"--samples must be at least 1, got {args.samples}")
     normalized, quantized = load(args.outdir / "normalized.kir"), load(args.outdir / "quantized.kir")
-    model_dir = args.model_dir or Path("models") / args.outdir.resolve().name
-    calibration = model_calibration(args.outdir, model_dir if model_dir.exists() else None)
-    rows = seeded_inputs(normalized, calibration, count=args.samples)
-    samples = {name: np.stack([row[i] for row in rows]) for i, name in enumerate(normalized.inputs)}
-    rep = report(normalized, quantized, samples)
+    samples, described = report_inputs(normalized, load_samples(args.outdir), args.samples)
+    rep = report(normalized, quantized, samples, described)
     print(format_report(rep))
     if args.json:
         write_atomic(args.json, to_json(rep).encode())
@@ -172,7 +168,7 @@ def _cmd_build_report(args: argparse.Namespace) -> int:
 
     if args.samples < 1:
         raise KilnError(f"--samples must be at least 1, got {args.samples}")
-    write_atomic(args.output, build_report(args.build_root, args.models, args.samples).encode())
+    write_atomic(args.output, build_report(args.build_root, args.samples).encode())
     return 0
 
 
@@ -185,11 +181,11 @@ def _cmd_new(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from toolchain.check import check_all, render
+    from toolchain.check import check_all, passed, render
 
-    rows = check_all(args.build_root, args.models)
+    rows = check_all(args.build_root)
     print(render(rows))
-    return 0 if all(r["bit_exact"] == r["samples"] for r in rows) else 1
+    return 0 if all(passed(r) for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ STAGES: tuple[Stage, ...] = (
           ("toolchain/frontends", "toolchain/reference"), "toolchain.stages:run_import"),
     Stage("normalize", ("imported.kir",), ("normalized.kir",), ("normalize",),
           ("toolchain/passes", "toolchain/reference"), "toolchain.stages:run_normalize"),
-    Stage("quantize", ("normalized.kir", "calibration.npz"), ("quantized.kir",), ("quant",),
+    Stage("quantize", ("normalized.kir", "calibration.npz"), ("quantized.kir", "samples.npz"), ("quant",),
           ("toolchain/quantize", "toolchain/numerics", "toolchain/reference"), "toolchain.stages:run_quantize"),
     Stage("lower", ("quantized.kir",), ("lowered.kir",), ("kernels",),
           ("toolchain/lower", "toolchain/numerics"), "toolchain.stages:run_lower"),
@@ -156,12 +156,13 @@ def run_normalize(job: StageRun) -> dict[str, bytes]:
 
 
 def run_quantize(job: StageRun) -> dict[str, bytes]:
-    from toolchain.quantize import quantize
+    from toolchain.quantize import quantize, samples
     from toolchain.quantize.calibration import load_calibration
 
-    graph = _graph(job, "normalized.kir")
-    calibration = load_calibration(graph, job.config["quant"], job.model_dir, job.inputs["calibration.npz"])
-    return {"quantized.kir": serialize.dumps(quantize(graph, job.config["quant"], calibration))}
+    graph, config = _graph(job, "normalized.kir"), job.config["quant"]
+    calibration = load_calibration(graph, config, job.model_dir, job.inputs["calibration.npz"])
+    return {"quantized.kir": serialize.dumps(quantize(graph, config, calibration)),
+            samples.ARTIFACT: samples.pack(graph, calibration, config)}
 
 
 def run_lower(job: StageRun) -> dict[str, bytes]:

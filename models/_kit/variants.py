@@ -73,11 +73,13 @@ class Samples(CalibrationDataReader):
 
 
 def export_qdq(base: str, out: Path, input_name: str, output_name: str) -> None:
-    """Write `model.onnx` quantized by onnxruntime: QDQ, int8 MinMax activations, per-channel int8 weights.
+    """Write `model.onnx` quantized by onnxruntime (QDQ, int8 MinMax activations, per-channel int8 weights)
+    and `calibration.npy`, the samples it was calibrated with.
 
-    The ranges come from onnxruntime's float32 inference over the source's
-    calibration samples, whose kernels depend on the vector unit: the bytes
-    are reproducible on the same kind of CPU.
+    The ranges come from onnxruntime's float32 inference over the samples,
+    whose kernels depend on the vector unit: `model.onnx` is reproducible
+    byte for byte on the same kind of CPU only. Kiln needs no samples for a
+    QDQ file; the build keeps them for its reports and checks.
     """
     defs = source_module(base)
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,6 +92,7 @@ def export_qdq(base: str, out: Path, input_name: str, output_name: str) -> None:
         )
         quantized = onnx.load_model(qdq_path)
     onnx.save_model(without_metadata(quantized), out / "model.onnx")
+    np.save(out / "calibration.npy", defs.calibration_data())
 
 
 def model_frames(stack_trace: str, source: Path) -> str:

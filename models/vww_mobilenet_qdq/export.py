@@ -5,10 +5,12 @@ into the convolutions), then `onnxruntime.quantization.quantize_static`
 makes it a QDQ model: int8 activations (asymmetric, MinMax ranges over the
 source model's calibration samples) and per-channel symmetric int8 weights.
 A QDQ model carries its own quantization, so Kiln needs no calibration
-data for it.
+data for it; `calibration.npy` holds the samples onnxruntime calibrated with,
+which the build keeps for its reports.
 
-`python export.py` re-creates the committed file byte for byte on the same
-kind of CPU (see ../_kit/variants.py); `--out DIR` writes it elsewhere.
+`python export.py` re-creates `calibration.npy` byte for byte on any machine
+and `model.onnx` on the same kind of CPU only (see ../_kit/variants.py);
+`--out DIR` writes them elsewhere.
 """
 from __future__ import annotations
 

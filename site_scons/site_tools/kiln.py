@@ -39,6 +39,7 @@ from toolchain.errors import KilnError  # noqa: E402
 from toolchain.frontends.config import depends_files  # noqa: E402
 from toolchain.host import RUNTIME, STUBS, model_table  # noqa: E402
 from toolchain.ir.serialize import write_atomic  # noqa: E402
+from toolchain.manifest import manifest, recorded  # noqa: E402
 from toolchain.stages import STAGES  # noqa: E402
 
 TOOLCHAIN_ROOT = Path(__import__("toolchain").__file__).resolve().parent.parent
@@ -99,6 +100,11 @@ def kiln_model(env, model_dir: str, build_root: str) -> dict:
     return {"name": name, "stages": stages, "object": obj, "prefix": prefix, "build": build}
 
 
+def _manifest_action(target, source, env):
+    write_atomic(str(target[0]), manifest([Path(str(s)) for s in source]).encode())
+    return 0
+
+
 def kiln_program(env, target: str, models: list[dict], build_root: str):
     """A host program linking `models` with the runtime, the kernel stubs and the harness."""
     runtime_objs = env.KilnRuntimeObjects(build_root)
@@ -108,6 +114,20 @@ def kiln_program(env, target: str, models: list[dict], build_root: str):
     table_obj = env.Object(table, CPPPATH=[env.Dir(str(RUNTIME))])
     objs = [m["object"] for m in models]
     return env.Program(target, objs + table_obj + runtime_objs, LIBS=["m"])
+
+
+def kiln_manifest(env, program, model: dict):
+    """`<model>.manifest` (toolchain/manifest.py) for a model's own program, written after the program.
+
+    It depends on the files it records, not on the program: a relink that
+    changes nothing the check compares (new runtime flags) leaves it as it is.
+    """
+    files = recorded(model["name"])
+    sources = sorted((n for nodes in model["stages"].values() for n in nodes if Path(str(n)).name in files), key=str)
+    record = env.Command(model["build"].File(f"{model['name']}.manifest"), sources,
+                         SCons.Action.Action(_manifest_action, "manifest $TARGET"))
+    env.Requires(record, program)
+    return record
 
 
 def kiln_runtime_objects(env, build_root: str, harness: bool = True) -> list:
@@ -235,6 +255,7 @@ def generate(env) -> None:
         env["BUILDERS"][f"KilnStage_{st.name}"] = _stage_builder(st)
     env.AddMethod(kiln_model, "KilnModel")
     env.AddMethod(kiln_program, "KilnProgram")
+    env.AddMethod(kiln_manifest, "KilnManifest")
     env.AddMethod(kiln_runtime_objects, "KilnRuntimeObjects")
 
 

@@ -46,8 +46,8 @@ def _sqnr(signal: float, noise: float) -> float | None:
     return round(10.0 * math.log10(signal / noise), 4)
 
 
-def report(float_graph: Graph, quantized_graph: Graph, samples: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Compare the graphs on `samples` (per input, shaped (N, *input_shape))."""
+def report(float_graph: Graph, quantized_graph: Graph, samples: dict[str, np.ndarray], inputs: str | None = None) -> dict[str, Any]:
+    """Compare the graphs on `samples` (per input, shaped (N, *input_shape)); `inputs` says what the samples are."""
     names = _compared(float_graph, quantized_graph)
     counts = {len(samples[n]) for n in float_graph.inputs if n in samples}
     if len(counts) != 1 or len(samples) < len(float_graph.inputs) or 0 in counts:
@@ -72,6 +72,7 @@ def report(float_graph: Graph, quantized_graph: Graph, samples: dict[str, np.nda
     return {
         "model": quantized_graph.name,
         "samples": count,
+        "inputs": inputs or f"{count} given sample{'s' if count != 1 else ''}",
         "top1_agreement": round(agree / count, 6),
         "outputs": {n: tensors[n]["sqnr_db"] for n in quantized_graph.outputs if n in tensors},
         "tensors": tensors,
@@ -106,5 +107,6 @@ def format_report(rep: dict[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i < 2 or i == 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
     outs = ", ".join(f"{n} {'exact' if v is None else f'{v:.2f} dB'}" for n, v in sorted(rep["outputs"].items()))
-    lines.append(f"model {rep['model']}: {rep['samples']} samples, output SQNR {outs}, top-1 agreement {100 * rep['top1_agreement']:.2f}%")
+    lines.append(f"model {rep['model']}: output SQNR {outs}, top-1 agreement {100 * rep['top1_agreement']:.2f}% "
+                 f"over {rep['inputs']}")
     return "\n".join(lines) + "\n"

@@ -38,8 +38,7 @@ def render(title: str, models: list[ModelReport]) -> str:
         title=title, version=__version__, models=[(m, timeline(m)) for m in models])
 
 
-def build_report(root: Path, models_dir: Path | None = None, samples: int = SAMPLES) -> str:
-    """The HTML page for the models built under `root`; `models_dir` holds their folders (calibration files)."""
-    reports = [gather(b, models_dir / b.name if models_dir and (models_dir / b.name).is_dir() else None, samples)
-               for b in built_models(root)]
+def build_report(root: Path, samples: int = SAMPLES) -> str:
+    """The HTML page for the models built under `root`, each measured on up to `samples` of its kept samples."""
+    reports = [gather(b, samples) for b in built_models(root)]
     return render(f"Kiln build report: {root.as_posix()}", reports)

@@ -2,7 +2,7 @@
 
 Everything is read from the model's build folder: `planned.kir` (schedule,
 kernel symbols, arena offsets), `normalized.kir` and `quantized.kir` with the
-calibration samples (per-layer SQNR, as `kiln report` measures it), the
+calibration samples the build keeps (per-layer SQNR, as `kiln report` measures it), the
 generated header (weight bytes), and the compiled model — the Cortex-M4
 image `<model>.elf` when that target was built, else the host object
 `<model>.o`.
@@ -15,13 +15,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
-from toolchain.check import model_calibration, seeded_inputs
 from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.ir.graph import Graph
 from toolchain.quantize.report import report
+from toolchain.quantize.samples import load_samples, report_inputs
 from toolchain.target.macs import node_macs
 from toolchain.target.size import size_report
 
@@ -67,7 +66,7 @@ class ModelReport:
     macs: int
     output_sqnr_db: float | None
     top1_agreement: float
-    samples: int
+    inputs: str  # what the SQNR was measured on: "8 calibration samples (from ...)" or seeded random inputs
     size_source: str  # what the size rows were read from
     sizes: list[SizeRow] = field(default_factory=list)
 
@@ -76,11 +75,10 @@ class ModelReport:
         return max(self.steps, key=lambda s: (s.live_bytes, -s.index))
 
 
-def gather(build: Path, model_dir: Path | None, samples: int) -> ModelReport:
-    """The report of the model built in `build` (`model_dir`: its folder, for calibration files)."""
+def gather(build: Path, samples: int) -> ModelReport:
+    """The report of the model built in `build`, its SQNR over up to `samples` of the calibration samples kept there."""
     planned, normalized, quantized = (load(build / f"{a}.kir") for a in ("planned", "normalized", "quantized"))
-    rows = seeded_inputs(normalized, model_calibration(build, model_dir), count=samples)
-    rep = report(normalized, quantized, {n: np.stack([r[i] for r in rows]) for i, n in enumerate(normalized.inputs)})
+    rep = report(normalized, quantized, *report_inputs(normalized, load_samples(build), samples))
     sqnr = {n: e["sqnr_db"] for n, e in rep["tensors"].items()}
     layers = [_layer(planned, i, sqnr) for i in range(len(planned.nodes))]
     sizes, source = sizes_of(build, planned)
@@ -88,7 +86,7 @@ def gather(build: Path, model_dir: Path | None, samples: int) -> ModelReport:
         name=build.name, layers=layers, steps=timeline(planned), arena_size=int(planned.meta["arena_size"]),
         lower_bound=int(planned.meta["lower_bound"]), macs=sum(layer.macs for layer in layers),
         output_sqnr_db=rep["outputs"].get(quantized.outputs[0]), top1_agreement=rep["top1_agreement"],
-        samples=rep["samples"], size_source=source, sizes=sizes,
+        inputs=rep["inputs"], size_source=source, sizes=sizes,
     )
 
 
