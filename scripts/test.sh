@@ -4,4 +4,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/setup.sh"
 cd "$root"
-python -m pytest -n "$(nproc)" -q "$@"
+# One xdist worker per core, at most 8: each worker may hold a PyTorch import (~0.5 GB).
+workers="$(nproc)"
+[ "$workers" -le 8 ] || workers=8
+python -m pytest -n "$workers" -q "$@"

@@ -1,4 +1,4 @@
-"""The digits CNN, a real-data model: float accuracy, int8 reference accuracy, reproducible training.
+"""The digits CNN, a real-data model: float accuracy, int8 reference accuracy, retraining reaches the same accuracy.
 
 `digits_pipeline()` and `int8_predictions()` are meant for reuse by other
 tests (for instance the generated-C accuracy check).
@@ -89,6 +89,27 @@ def test_report_on_held_out_images():
     assert all(e["sqnr_db"] > 25.0 for e in rep["tensors"].values())
 
 
-def test_training_reproduces_committed_weights(tmp_path):
+def accuracy(net: torch.nn.Module, images: np.ndarray, labels: np.ndarray) -> float:
+    with torch.no_grad():
+        return float(np.mean(net(torch.from_numpy(images.reshape(-1, 1, 8, 8))).argmax(dim=1).numpy() == labels))
+
+
+def test_retraining_reaches_the_committed_accuracy(tmp_path):
+    """train.py re-creates weights.npz byte for byte only on the same kind of CPU (float training rounds
+    differently with other vector units); on any CPU a retrained network is as good as the committed one."""
     subprocess.run([sys.executable, str(MODEL_DIR / "train.py"), "--out", str(tmp_path)], check=True, timeout=300)
-    assert (tmp_path / "weights.npz").read_bytes() == (MODEL_DIR / "weights.npz").read_bytes()
+    m = digits_module()
+    test_x, test_y = m.test_data()
+    retrained = m.DigitsCNN()
+    with np.load(tmp_path / "weights.npz") as saved:
+        retrained.load_state_dict({k: torch.from_numpy(saved[k].copy()) for k in saved.files})
+    committed, fresh = accuracy(m.model(), test_x, test_y), accuracy(retrained.eval(), test_x, test_y)
+    assert fresh >= 0.97 and abs(fresh - committed) <= 0.01, (committed, fresh)
+
+
+def test_the_build_uses_the_committed_weights():
+    imported = import_model(MODEL_DIR / "model.py", "digits_cnn", {}).graph
+    constants = [t.data for t in imported.tensors.values() if t.data is not None]
+    with np.load(MODEL_DIR / "weights.npz") as saved:
+        for name in saved.files:
+            assert any(c.dtype == saved[name].dtype and np.array_equal(c, saved[name]) for c in constants), name

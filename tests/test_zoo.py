@@ -1,12 +1,13 @@
 """The model zoo: the four MLPerf Tiny reference architectures, each as a model.py and in one more source form.
 
-For every zoo member: the import matches the source's own runtime (PyTorch
-eager, or onnxruntime for ONNX files), the imported graph has the reference
-architecture's parameter and multiply-accumulate counts, the compiled
-program run by `kiln run` equals the integer reference bit for bit, and that
-reference stays within stated bounds of the float model (of onnxruntime's
-own int8 execution for QDQ files). The exported variant files must
-re-generate byte for byte from their scripts.
+For every zoo member: the import matches the source in float (PyTorch eager,
+or ONNX's reference evaluator for float ONNX files), the imported graph has
+the reference architecture's parameter and multiply-accumulate counts, the
+compiled program run by `kiln run` equals the integer reference bit for bit,
+and that reference stays within stated bounds of the float model. A QDQ
+file's layers also match ONNX's own QDQ semantics within one rounding step
+(tests/qdq_oracle.py). The exported variant files re-generate from their
+scripts: byte for byte where the bytes do not depend on the CPU.
 """
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-import onnxruntime as ort
+import onnx
 import pytest
 import torch
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from conftest import ROOT
+from qdq_oracle import DIFFERING, STEPS, layerwise
 from toolchain import config as model_config
 from toolchain.check import reference_outputs
 from toolchain.cli import main as kiln
@@ -99,9 +103,16 @@ BY_NAME = {m.name: m for m in ZOO}
 VARIANTS = {
     "kws_dscnn_onnx": ("model.onnx", "calibration.npy"),
     "ic_resnet8_pt2": ("model.pt2", "calibration.npy"),
-    "vww_mobilenet_qdq": ("model.onnx",),
-    "ad_autoencoder_qdq": ("model.onnx",),
+    "vww_mobilenet_qdq": ("model.onnx", "calibration.npy"),
+    "ad_autoencoder_qdq": ("model.onnx", "calibration.npy"),
 }
+# Files whose bytes depend on the CPU that writes them: onnxruntime calibrates a QDQ file with float32
+# kernels chosen by the vector unit, so its activation ranges (and the int32 biases quantized at activation
+# scale x weight scale) differ in their last bits between CPU kinds. Differently ordered float32 sums of
+# K terms differ by about K·2^-24 relative per layer, far below RANGE_RTOL on these networks; a changed
+# model, exporter or quantizer setting moves the parameters by far more.
+CPU_DEPENDENT = {("vww_mobilenet_qdq", "model.onnx"), ("ad_autoencoder_qdq", "model.onnx")}
+RANGE_RTOL = 1e-3
 
 
 @dataclass(frozen=True)
@@ -124,10 +135,8 @@ FIDELITY = {
     "ic": Fidelity(sqnr_db=20.0, top1=0.9),
     "ad": Fidelity(sqnr_db=30.0, top1=None),
 }
-# A QDQ file fixes every quantization parameter, so Kiln's int8 reference must track onnxruntime's int8
-# execution, which rounds each requantization in float: (largest, mean) output difference in output steps.
-# The deep MobileNet carries one-step rounding differences forward and grows them layer on layer.
-QDQ_STEPS = {"vww_mobilenet_qdq": (32, 10.0), "ad_autoencoder_qdq": (3, 0.5)}
+# Kiln ops that carry a QDQ file's arithmetic: each must be compared with ONNX's reference (tests/qdq_oracle.py).
+QDQ_COMPARED = frozenset({"conv2d", "depthwise_conv2d", "fully_connected", "avg_pool2d", "softmax"})
 
 
 def load_module(path: Path) -> ModuleType:
@@ -165,16 +174,17 @@ def held_out(member: str) -> np.ndarray:
 
 
 def source_outputs(member: str, inputs: np.ndarray) -> np.ndarray:
-    """The first output for each input, as the source's own runtime computes it."""
+    """The first output for each input in float: PyTorch for model.py, .pt2 and the float model a QDQ file
+    was quantized from; ONNX's reference evaluator (no CPU-specific kernels) for a float ONNX file."""
     m = BY_NAME[member]
-    if m.runtime == "torch":
-        path = source_path(member)
-        net = torch.export.load(path).module() if path.suffix == ".pt2" else base_module(member).model()
-        with torch.no_grad():
-            return np.stack([net(torch.from_numpy(x)).numpy() for x in inputs])
-    session = ort.InferenceSession(source_path(member), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return np.stack([session.run(None, {name: x})[0] for x in inputs])
+    if m.runtime == "onnx":
+        evaluator = ReferenceEvaluator(str(source_path(member)))
+        name = evaluator.input_names[0]
+        return np.stack([evaluator.run(None, {name: x})[0] for x in inputs])
+    path = source_path(member)
+    net = torch.export.load(path).module() if path.suffix == ".pt2" else base_module(member).model()
+    with torch.no_grad():
+        return np.stack([net(torch.from_numpy(x)).numpy() for x in inputs])
 
 
 def graph_counts(graph: Graph) -> Counts:
@@ -227,16 +237,36 @@ def test_counts_are_the_reference_architecture(member):
             assert abs(measured[what] - figure) <= PUBLISHED_TOLERANCE * figure, (what, measured[what], figure)
 
 
+def assert_same_but_calibration(fresh: Path, committed: Path) -> None:
+    """Two QDQ files with the same graph and initializers, but for calibration-derived values within RANGE_RTOL."""
+    a, b = onnx.load(str(fresh)), onnx.load(str(committed))
+    values = [{t.name: numpy_helper.to_array(t) for t in m.graph.initializer} for m in (a, b)]
+    for m in (a, b):
+        for t in m.graph.initializer:
+            t.CopyFrom(onnx.TensorProto(name=t.name, dims=t.dims, data_type=t.data_type))
+    assert a.SerializeToString() == b.SerializeToString(), f"{committed}: the graph differs from what export.py writes"
+    for name, new in values[0].items():
+        old = values[1][name]
+        assert new.dtype == old.dtype and new.shape == old.shape, name
+        wide_new, wide_old = new.astype(np.float64), old.astype(np.float64)
+        # zero points and int32 biases round a slightly changed range to a neighbour at worst; int8 weights stay
+        slack = 1.0 if new.dtype == np.int32 or (new.dtype.kind in "iu" and new.ndim == 0) else 0.0
+        assert np.all(np.abs(wide_new - wide_old) <= slack + RANGE_RTOL * np.abs(wide_old)), name
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_variant_files_regenerate_byte_identically(variant, tmp_path):
+def test_variant_files_regenerate(variant, tmp_path):
     folder = MODELS / variant
     command = [sys.executable, str(folder / "export.py"), "--out", str(tmp_path)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in VARIANTS[variant]:
-        stale = f"models/{variant}/{name} differs from what export.py writes: re-run it"
-        assert (tmp_path / name).read_bytes() == (folder / name).read_bytes(), stale
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(VARIANTS[variant])
+    for name in VARIANTS[variant]:
+        if (variant, name) in CPU_DEPENDENT:
+            assert_same_but_calibration(tmp_path / name, folder / name)
+        else:
+            stale = f"models/{variant}/{name} differs from what export.py writes: re-run it"
+            assert (tmp_path / name).read_bytes() == (folder / name).read_bytes(), stale
 
 
 @pytest.mark.parametrize("member", [m.name for m in ZOO])
@@ -253,14 +283,20 @@ def test_kiln_run_matches_int8_reference_and_tracks_source(member, compiled, tmp
 
     result = np.stack([d[0] for d in dequantize_outputs(quantized, [[g] for g in got])])
     source = source_outputs(member, floats)
-    m = BY_NAME[member]
-    if m.runtime == "qdq":
-        steps = np.abs(result - source) / quantized.tensors[quantized.outputs[0]].quant.scale[0]
-        largest, mean = QDQ_STEPS[member]
-        assert steps.max() <= largest + 1e-3 and steps.mean() <= mean, (steps.max(), steps.mean())
-        return
-    bound = FIDELITY[m.task]
+    bound = FIDELITY[BY_NAME[member].task]
     assert sqnr_db(source, result) >= bound.sqnr_db
     if bound.top1 is not None:
         top1 = np.mean(np.argmax(source.reshape(SAMPLES, -1), 1) == np.argmax(result.reshape(SAMPLES, -1), 1))
         assert top1 >= bound.top1
+
+
+@pytest.mark.parametrize("member", [m.name for m in ZOO if m.runtime == "qdq"])
+def test_qdq_layers_match_onnx_reference_semantics(member, compiled):
+    """Each layer of a QDQ member, on the ONNX reference's own int8 inputs, within one rounding step of it."""
+    quantized = load(compiled(member) / "quantized.kir")
+    layers = [layer for x in held_out(member)[:4] for layer in layerwise(source_path(member), quantized, {quantized.inputs[0]: x})]
+    assert {n.name for n in quantized.nodes if n.op in QDQ_COMPARED} <= {layer.node for layer in layers}
+    worst = max(layers, key=lambda layer: layer.steps.max())
+    assert worst.steps.max() <= STEPS, (worst.node, worst.op, worst.steps.max())
+    on_grid = np.concatenate([layer.steps.ravel() for layer in layers if layer.on_grid])
+    assert np.mean(on_grid != 0) <= DIFFERING, np.mean(on_grid != 0)
