@@ -158,6 +158,14 @@ typedef kiln_global_avg_pool_params_t kiln_global_avg_pool_f32_params_t;
 void kiln_global_avg_pool_s8(const kiln_global_avg_pool_s8_params_t *p, const int8_t *x, int8_t *y);
 void kiln_global_avg_pool_f32(const kiln_global_avg_pool_f32_params_t *p, const float *x, float *y);
 
+/* TFLite Micro's int8 MEAN (QuantizedMeanOrSum): x viewed as [outer][reduce][inner], each
+ * output the sum over `reduce` less reduce * input_zp, requantized by mult/shift (1/reduce
+ * folded in), plus out_zp, saturated. */
+typedef struct {
+    int32_t outer, reduce, inner, input_zp, mult, shift, out_zp;
+} kiln_mean_s8_params_t;
+void kiln_mean_s8(const kiln_mean_s8_params_t *p, const int8_t *x, int8_t *y);
+
 /* ---- softmax --------------------------------------------------------------- */
 
 /* arm_softmax_s8: mult/shift scale input differences into Q5.26, differences

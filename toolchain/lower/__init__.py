@@ -28,6 +28,7 @@ PORTABLE: dict[str, Rule] = {
     "max_pool2d": pool.lower_pool,
     "avg_pool2d": pool.lower_pool,
     "global_avg_pool": pool.lower_global_avg_pool,
+    "mean": pool.lower_mean,
     "reshape": movement.lower_reshape,
     "transpose": movement.lower_transpose,
     "concat": movement.lower_concat,

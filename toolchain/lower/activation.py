@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from toolchain.ir.graph import Node
 from toolchain.lower.common import Site, Unsupported, qparams
 from toolchain.numerics.fixedpoint import float_bits
@@ -32,7 +34,10 @@ def lower_elementwise(site: Site) -> list[Node]:
         return [site.call(f"kiln_{site.node.op}_f32", [x.name], size=x.size, **_float_params(site))]
     in_scale, in_zp = qparams(x, "input")
     out_scale, out_zp = qparams(y, "output")
-    table = op_table(site.node.op, site.node.attrs, in_scale, in_zp, out_scale, out_zp)
+    if "lut" in site.node.attrs:  # the table the source fixed (a TFLite file: TFLM's values)
+        table = np.asarray(site.attr("lut"), np.int8)
+    else:
+        table = op_table(site.node.op, site.node.attrs, in_scale, in_zp, out_scale, out_zp)
     return [site.call("kiln_lut_s8", [x.name, site.constant("lut", table, "int8", site.output().quant)], size=x.size)]
 
 
