@@ -43,7 +43,7 @@ def _int8_constants(site: Site, channel_axis: int, sum_axes: tuple[int, ...]) ->
     if bias is not None and bias.dtype != "int32":
         raise Unsupported(f"bias {bias.name!r} must be int32, got {bias.dtype}")
     folded = wrap_int32(b - in_zp * w_data.astype(np.int64).sum(axis=sum_axes))
-    mult, shift = channel_multipliers(in_scale, w.quant.scale, out_scale, channels, site.node.op == "fully_connected")
+    mult, shift = channel_multipliers(in_scale, w.quant.scale, out_scale, channels)
     inputs = [x.name, w.name, site.constant("bias", folded.astype(np.int32), "int32"),
               site.constant("mult", mult, "int32"), site.constant("shift", shift, "int32")]
     return inputs, {"out_zp": out_zp, **site.act_range()}

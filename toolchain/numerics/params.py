@@ -44,22 +44,15 @@ def mul_multiplier(a_scale: float, b_scale: float, out_scale: float) -> tuple[in
     return checked_multiplier(a_scale * b_scale / out_scale, "mul output")
 
 
-def channel_multipliers(in_scale: float, w_scales: tuple[float, ...], out_scale: float, channels: int,
-                        fully_connected: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def channel_multipliers(in_scale: float, w_scales: tuple[float, ...], out_scale: float, channels: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-output-channel (multiplier, shift) int32 arrays of a conv/fc, as `PopulateConvolutionQuantizationParams`.
 
-    A per-tensor weight scale is replicated over `channels`. A fully connected layer with one
-    weight scale follows TFLite's `GetQuantizedConvolutionMultipler` instead, which forms
-    input_scale × weight_scale in float32 before dividing in double.
+    A per-tensor weight scale is replicated over `channels`.
     """
     if len(w_scales) not in (1, channels):
         raise ValueError(f"{len(w_scales)} weight scales for {channels} output channels")
     scales = w_scales if len(w_scales) == channels else w_scales * channels
-    if fully_connected and len(w_scales) == 1:
-        product = float(np.float32(in_scale) * np.float32(w_scales[0]))
-        pairs = [checked_multiplier(product / out_scale, "output channel")] * channels
-    else:
-        pairs = [checked_multiplier(in_scale * ws / out_scale, "output channel") for ws in scales]
+    pairs = [checked_multiplier(in_scale * ws / out_scale, "output channel") for ws in scales]
     mult = np.array([m for m, _ in pairs], dtype=np.int32)
     shift = np.array([s for _, s in pairs], dtype=np.int32)
     return mult, shift

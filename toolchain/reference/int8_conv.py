@@ -38,7 +38,7 @@ def _finish(graph: Graph, node: Node, acc: np.ndarray, bias: np.ndarray | None, 
     (in_scale, _), (out_scale, out_zp) = io_params(graph, node)
     w = _weights(graph, node, channel_axis)
     channels = w.shape[channel_axis]
-    mult, shift = channel_multipliers(in_scale, w.quant.scale, out_scale, channels, node.op == "fully_connected")
+    mult, shift = channel_multipliers(in_scale, w.quant.scale, out_scale, channels)
     total = wrap_int32(acc + (0 if bias is None else np.asarray(bias, np.int64)))
     lo, hi = act_bounds(graph, node)
     return [to_output(total, mult.astype(np.int64), shift.astype(np.int64), out_zp, lo, hi)]
