@@ -23,7 +23,7 @@ from toolchain.ir.ops import OpError, mean_split
 from toolchain.numerics import tflm
 from toolchain.numerics.fixedpoint import quantize_value, round_half_away
 
-KIR_TYPES = {"FLOAT32": "float32", "INT8": "int8", "INT32": "int32"}
+KIR_TYPES = {"FLOAT32": "float32", "INT8": "int8", "INT32": "int32", "INT4": "int8"}  # INT4 constants are unpacked on reading
 FUSED = {"NONE": (-math.inf, math.inf), "RELU": (0.0, math.inf), "RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0), "RELU_0_TO_1": (0.0, 1.0)}
 
 
@@ -186,8 +186,8 @@ def _weights(cx: Converter, op: TflOperator, int8: bool, channel_axis: int) -> s
         raise Unsupported(f"weights (tensor {w.index}) must be a constant")
     if not int8:
         return cx.float_constant(w.index, "weights")
-    if w.type != "INT8" or w.quant is None:
-        raise Unsupported(f"weights (tensor {w.index}) are {w.type}; int8 kernels take quantized int8 weights")
+    if w.type not in ("INT8", "INT4") or w.quant is None:
+        raise Unsupported(f"weights (tensor {w.index}) are {w.type}; int8 kernels take quantized int8 (or int4) weights")
     if np.any(w.quant.zero_point != 0):
         raise Unsupported(f"weights (tensor {w.index}) have nonzero zero points (int8 kernels take symmetric weights)")
     if w.quant.axis is not None and w.quant.axis != channel_axis:
