@@ -280,3 +280,21 @@ def test_every_unsupported_operator_listed_at_once(tmp_path: Path) -> None:
     assert lines[2].startswith("operator 1 QUANTIZE: quantizes to INT16")
     assert lines[3] == "operator 2 FLOOR: operator not supported by Kiln"
     assert lines[4] == "operator 3 CONCATENATION: a fused activation on CONCATENATION is not supported"
+
+
+def test_quantized_graph_passes_normalize_and_quantize_unchanged(tmp_path: Path) -> None:
+    """A quantized file is int8 from the import on: normalize only orders it canonically, quantize keeps
+    it without calibration, and asking for the float path is an error."""
+    from toolchain.ir.serialize import dumps
+    from toolchain.passes import normalize
+    from toolchain.passes.manager import canonicalize
+    from toolchain.quantize import quantize
+
+    graph = import_tflite(write(tmp_path, simple_model()), "net", {}).graph
+    normalized = normalize(graph, {})
+    assert dumps(normalized) == dumps(canonicalize(graph))
+    defaults = {"mode": "int8", "observer": "minmax", "percentile": 99.99, "averaging_constant": 0.01, "per_channel": True,
+                "calibration": [], "max_samples": 256, "seed": 0}
+    assert dumps(quantize(normalized, defaults, {})) == dumps(normalized)
+    with pytest.raises(KilnError, match="already quantized"):
+        quantize(normalized, dict(defaults, mode="none"), {})
