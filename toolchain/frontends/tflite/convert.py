@@ -61,7 +61,13 @@ class Converter:
                 raise Unsupported(f"int8 tensor {index} {t.name!r} has no quantization parameters")
             quant = None
             if t.quant is not None and dtype != "float32":
-                quant = QuantParams(tuple(t.quant.scale.tolist()), tuple(t.quant.zero_point.tolist()), t.quant.axis)
+                scale = t.quant.scale
+                if np.any(scale == 0):
+                    if t.data is None:
+                        raise Unsupported(f"tensor {index} {t.name!r} has quantization scale 0")
+                    # A dead channel's scale 0 gives TFLM multiplier 0; the smallest float32 gives the same.
+                    scale = np.where(scale == 0, np.float32(np.finfo(np.float32).smallest_subnormal), scale)
+                quant = QuantParams(tuple(scale.tolist()), tuple(t.quant.zero_point.tolist()), t.quant.axis)
             self.graph.add_tensor(Tensor(name, t.shape, dtype, layout="", quant=quant, data=t.data))
         return name
 

@@ -169,8 +169,8 @@ def _quant(path: Path, where: str, q: Any, shape: tuple[int, ...]) -> TflQuant |
     zp = np.asarray(q.zeroPoint if q.zeroPoint is not None else np.zeros(len(scale)), np.int64).ravel()
     if len(zp) != len(scale):
         raise _fail(path, f"{where}: {len(scale)} scales but {len(zp)} zero points")
-    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
-        raise _fail(path, f"{where}: quantization scales must be finite and positive")
+    if not np.all(np.isfinite(scale)) or np.any(scale < 0):
+        raise _fail(path, f"{where}: quantization scales must be finite and not negative")
     if len(scale) == 1:
         return TflQuant(scale, zp, None)
     axis = int(q.quantizedDimension)
