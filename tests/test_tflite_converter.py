@@ -102,12 +102,12 @@ def test_quantized_file_bit_exact(converted: Path, case: str, form: str) -> None
     assert compared > 1000
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_quantized_file_generated_c(converted: Path, case: str, tmp_path: Path) -> None:
-    """`kiln compile` of the int8 file, built and run on the host, gives TFLM's outputs."""
+@pytest.mark.parametrize("case,form", [(c, "int8") for c in CASES] + [("pooling", "int8_float_io"), ("movement", "int8_float_io")])
+def test_quantized_file_generated_c(converted: Path, case: str, form: str, tmp_path: Path) -> None:
+    """`kiln compile` of the quantized file, built and run on the host, gives TFLM's outputs (float ones bit for bit)."""
     from toolchain import host
 
-    path = converted / f"{case}.int8.tflite"
+    path = converted / f"{case}.{form}.tflite"
     cfg = model_config.validate({"model": {"source": path.name}}, str(path))
     for st in STAGES:
         run_stage(st.name, case, converted, cfg, tmp_path)
@@ -124,7 +124,7 @@ def test_quantized_file_generated_c(converted: Path, case: str, tmp_path: Path) 
             interpreter.set_input(x, i)
         interpreter.invoke()
         for j, y in enumerate(out):
-            assert np.array_equal(y.reshape(-1), interpreter.get_output(j).reshape(-1)), f"{case}: output {j} differs from TFLM"
+            assert np.array_equal(bits(y).reshape(-1), bits(interpreter.get_output(j)).reshape(-1)), f"{case}.{form}: output {j} differs from TFLM"
 
 
 @pytest.mark.parametrize("case,form", [(c, "float") for c in CASES] + [("dense_4d", "hybrid")])
