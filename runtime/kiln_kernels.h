@@ -127,6 +127,19 @@ void kiln_sub_f32(const kiln_sub_f32_params_t *p, const float *a, const float *b
 void kiln_mul_f32(const kiln_mul_f32_params_t *p, const float *a, const float *b, float *y);
 void kiln_div_f32(const kiln_div_f32_params_t *p, const float *a, const float *b, float *y);
 
+/* Elementwise maximum/minimum (TFLite's MAXIMUM/MINIMUM): int8 compares the values, which share one
+ * scale and zero point; the float versions ignore their activation fields (always +-inf). */
+typedef struct {
+    int32_t d0, d1, d2, d3, a_s0, a_s1, a_s2, a_s3, b_s0, b_s1, b_s2, b_s3;
+} kiln_maximum_s8_params_t;
+typedef kiln_maximum_s8_params_t kiln_minimum_s8_params_t;
+typedef kiln_add_f32_params_t kiln_maximum_f32_params_t;
+typedef kiln_add_f32_params_t kiln_minimum_f32_params_t;
+void kiln_maximum_s8(const kiln_maximum_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y);
+void kiln_minimum_s8(const kiln_minimum_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y);
+void kiln_maximum_f32(const kiln_maximum_f32_params_t *p, const float *a, const float *b, float *y);
+void kiln_minimum_f32(const kiln_minimum_f32_params_t *p, const float *a, const float *b, float *y);
+
 /* ---- pooling --------------------------------------------------------------- */
 
 /* Max pool (clamped to the activation range) and average pool (sum of the

@@ -57,7 +57,8 @@ def dense_4d(x):
 
 
 def elementwise(x):
-    """ADD/SUB/MUL with broadcasting and fused RELU, LEAKY_RELU, HARD_SWISH, RELU6, MAXIMUM/MINIMUM with a constant."""
+    """ADD/SUB/MUL with broadcasting and fused RELU, LEAKY_RELU, HARD_SWISH, RELU6, MAXIMUM/MINIMUM with a
+    constant and of two tensors (broadcast over channels)."""
     y = L.Conv2D(4, 1)(x)
     z = L.Conv2D(4, 3, padding="same")(x)
     s = L.ReLU()(L.Add()([y, z]))
@@ -65,7 +66,8 @@ def elementwise(x):
     m = L.Multiply()([s, L.Lambda(lambda t: tf.reduce_mean(t, axis=[1, 2], keepdims=True))(d)])
     h = L.Activation(tf.nn.relu6)(L.LeakyReLU(negative_slope=0.2)(m))
     w = L.Lambda(lambda t: t * tf.nn.relu6(t + 3.0) / 6.0)(L.Conv2D(4, 1)(h))
-    return L.Lambda(lambda t: tf.minimum(tf.maximum(t, -0.25), 1.5))(w)
+    w = L.Lambda(lambda t: tf.minimum(tf.maximum(t, -0.25), 1.5))(w)
+    return L.Lambda(lambda ts: tf.minimum(tf.maximum(ts[0], ts[1]), ts[2][:, :, :, :1]))([w, y, z])
 
 
 def movement(x):

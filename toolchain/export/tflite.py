@@ -201,6 +201,11 @@ def _binary(ex: _Exporter, node: Node) -> None:
     ex.with_activation(node, code, [ex.tensor(n) for n in node.inputs], options)
 
 
+def _max_min(ex: _Exporter, node: Node) -> None:
+    code = Op.MAXIMUM if node.op == "maximum" else Op.MINIMUM
+    ex.emit(code, [ex.tensor(n) for n in node.inputs], [ex.tensor(node.outputs[0])])
+
+
 def _pool(ex: _Exporter, node: Node) -> None:
     kh, kw = node.attrs["window"]
     x, padding = ex.padding(node, (kh, kw), -128 if node.op == "max_pool2d" else None)
@@ -322,6 +327,8 @@ _HANDLERS: dict[str, Callable[[_Exporter, Node], None]] = {
     "add": _binary,
     "sub": _binary,
     "mul": _binary,
+    "maximum": _max_min,
+    "minimum": _max_min,
     "max_pool2d": _pool,
     "avg_pool2d": _pool,
     "global_avg_pool": _global_avg_pool,

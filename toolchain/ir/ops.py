@@ -139,7 +139,7 @@ def _binary(node, ins):
     return [(broadcast(a.shape, b.shape), a.dtype)]
 
 
-for _name in ("add", "sub", "mul"):
+for _name in ("add", "sub", "mul", "maximum", "minimum"):
     op(_name, "kernel", frozenset({"float32", "int8"}))(_binary)
 op("div", "kernel", FLOAT)(_binary)
 

@@ -25,6 +25,8 @@ PORTABLE: dict[str, Rule] = {
     "sub": binary.lower_binary,
     "mul": binary.lower_binary,
     "div": binary.lower_binary,
+    "maximum": binary.lower_binary,
+    "minimum": binary.lower_binary,
     "max_pool2d": pool.lower_pool,
     "avg_pool2d": pool.lower_pool,
     "global_avg_pool": pool.lower_global_avg_pool,

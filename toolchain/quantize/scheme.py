@@ -22,7 +22,7 @@ SHARES_INPUT = frozenset({"max_pool2d", "reshape", "transpose", "slice", "split"
 # Ops that only move values: in a QDQ source their outputs stay on the input's int8 grid.
 DATA_MOVEMENT = (SHARES_INPUT - {"avg_pool2d", "global_avg_pool"}) | {"concat"}
 # Every input and the output share one scale and zero point.
-UNIFIED = frozenset({"concat"})
+UNIFIED = frozenset({"concat", "maximum", "minimum"})
 # Outputs with parameters fixed by the kernel.
 FIXED_OUTPUT = {
     "softmax": QuantParams((1.0 / 256.0,), (-128,)),

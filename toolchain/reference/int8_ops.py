@@ -37,6 +37,15 @@ def _mul(graph: Graph, node: Node, ins):
     return [to_output(prod, mult, shift, qy[1], *act_bounds(graph, node))]
 
 
+@int8_impl("maximum", "minimum")
+def _max_min(graph: Graph, node: Node, ins):
+    """TFLite's MAXIMUM/MINIMUM compare the int8 values; equal parameters make that the real comparison."""
+    params = _params(graph, node.inputs + node.outputs)
+    if len(set(params)) != 1:
+        raise ValueError(f"inputs and output need one scale and zero point, got {params}")
+    return [(np.maximum if node.op == "maximum" else np.minimum)(ins[0], ins[1])]
+
+
 @int8_impl("softmax")
 def _softmax(graph: Graph, node: Node, ins):
     (in_scale, _), out = io_params(graph, node)

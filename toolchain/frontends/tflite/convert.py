@@ -427,12 +427,24 @@ def _relu(cx: Converter, op: TflOperator) -> None:
 
 @handles("MAXIMUM", "MINIMUM")
 def _max_min(cx: Converter, op: TflOperator) -> None:
-    """With one operand a constant single value: a clamp (TFLM compares raw int8 values)."""
+    """TFLM compares raw int8 values. With one operand a single-valued constant: a clamp with that table;
+    otherwise Kiln's `maximum`/`minimum`, whose int8 form needs the one scale and zero point the converter writes."""
     _expect(cx, op, 2)
     consts = [i for i in op.inputs[:2] if cx.info(i).data is not None]
-    if len(consts) != 1 or len(np.unique(cx.info(consts[0]).data)) != 1:
-        raise Unsupported("needs one operand to be a constant single value (a clamp); two run-time operands are not supported")
-    c, x = consts[0], next(i for i in op.inputs[:2] if i != consts[0])
+    if len(consts) == 1 and len(np.unique(cx.info(consts[0]).data)) == 1:
+        _clamp_by_constant(cx, op, consts[0])
+        return
+    _check_types(cx, op, op.inputs[:2] + op.outputs)
+    if _is_int8(cx, op.outputs[0]):
+        _same_params(cx, op, op.inputs[:2], op.outputs[0])
+        ins = [cx.name(i) for i in op.inputs[:2]]
+    else:
+        ins = [cx.float_constant(i, "operand") if cx.info(i).data is not None else cx.name(i) for i in op.inputs[:2]]
+    cx.emit(op, op.code.lower(), ins, [cx.name(op.outputs[0])])
+
+
+def _clamp_by_constant(cx: Converter, op: TflOperator, c: int) -> None:
+    x = next(i for i in op.inputs[:2] if i != c)
     ct = cx.info(c)
     maximum = op.code == "MAXIMUM"
     if _is_int8(cx, x):
