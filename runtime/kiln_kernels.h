@@ -200,6 +200,12 @@ typedef struct {
     int32_t size;
 } kiln_lut_s8_params_t;
 void kiln_lut_s8(const kiln_lut_s8_params_t *p, const int8_t *x, const int8_t *table, int8_t *y);
+/* The same table lookup at a uint8 model input or output (a TFLite file's QUANTIZE): entry i is the
+ * output byte for input byte i ^ 0x80, as for kiln_lut_s8. */
+typedef kiln_lut_s8_params_t kiln_lut_u8s8_params_t;
+typedef kiln_lut_s8_params_t kiln_lut_s8u8_params_t;
+void kiln_lut_u8s8(const kiln_lut_u8s8_params_t *p, const uint8_t *x, const int8_t *table, int8_t *y);
+void kiln_lut_s8u8(const kiln_lut_s8u8_params_t *p, const int8_t *x, const int8_t *table, uint8_t *y);
 
 typedef struct {
     int32_t size;

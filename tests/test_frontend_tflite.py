@@ -278,7 +278,7 @@ def test_every_unsupported_operator_listed_at_once(tmp_path: Path) -> None:
     lines = str(info.value).splitlines()
     assert lines[0].endswith("4 operator(s) cannot be imported:")
     assert lines[1] == "operator 0 ADD: fused activation TANH is not supported"
-    assert lines[2].startswith("operator 1 QUANTIZE: quantizes to INT16")
+    assert lines[2].startswith("operator 1 QUANTIZE: quantizes INT8 to INT16")
     assert lines[3] == "operator 2 FLOOR: operator not supported by Kiln"
     assert lines[4] == "operator 3 CONCATENATION: a fused activation on CONCATENATION is not supported"
 

@@ -5,7 +5,8 @@ and options (SAME padding with odd totals, dilation, depth multiplier 2, non-squ
 pools, FULLY_CONNECTED on a 4-D input with and without keep_num_dims, MEAN, fused RELU/RELU6,
 LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU, MAXIMUM/MINIMUM, PAD/PADV2, STRIDED_SLICE with a negative
 stride, SPLIT, TRANSPOSE, RESIZE_NEAREST_NEIGHBOR with and without align_corners...) and converts
-each with `representative_dataset` as full-integer (int8 io, and float io around the int8 body),
+each with `representative_dataset` as full-integer (int8 io, float io around the int8 body, and
+for two cases uint8 io),
 float and dynamic-range "hybrid". It runs once per test session in the TensorFlow environment
 scripts/setup.sh creates (`.venv-tf`).
 
@@ -61,8 +62,9 @@ def samples_for(graph: Graph, calibration: np.ndarray, rng: np.random.Generator)
         row = []
         for name in graph.inputs:
             t = graph.tensors[name]
-            if t.dtype == "int8":
-                row.append(np.full(t.shape, (-128, 127)[i % 2], np.int8) if i < 2 else rng.integers(-128, 128, t.shape).astype(np.int8))
+            if t.dtype in ("int8", "uint8"):
+                info = np.iinfo(t.dtype)
+                row.append(np.full(t.shape, (info.min, info.max)[i % 2], t.dtype) if i < 2 else rng.integers(info.min, info.max + 1, t.shape).astype(t.dtype))
             else:
                 row.append((calibration[i % len(calibration)] * (8.0 if i == 0 else 1.0)).astype(np.float32).reshape(t.shape))
         rows.append(row)
@@ -81,8 +83,7 @@ def bits(a: np.ndarray) -> np.ndarray:
     return a.view(np.int32) if a.dtype == np.float32 else a.astype(np.int64)
 
 
-@pytest.mark.parametrize("form", ["int8", "int8_float_io"])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case,form", [(c, f) for c in CASES for f in ("int8", "int8_float_io")] + [("conv_stack", "uint8"), ("pooling", "uint8")])
 def test_quantized_file_bit_exact(converted: Path, case: str, form: str) -> None:
     path = converted / f"{case}.{form}.tflite"
     graph = import_tflite(path, case, {}).graph
@@ -102,9 +103,10 @@ def test_quantized_file_bit_exact(converted: Path, case: str, form: str) -> None
     assert compared > 1000
 
 
-@pytest.mark.parametrize("case,form", [(c, "int8") for c in CASES] + [("pooling", "int8_float_io"), ("movement", "int8_float_io")])
+@pytest.mark.parametrize("case,form", [(c, "int8") for c in CASES] + [("pooling", "int8_float_io"), ("movement", "int8_float_io"), ("conv_stack", "uint8")])
 def test_quantized_file_generated_c(converted: Path, case: str, form: str, tmp_path: Path) -> None:
-    """`kiln compile` of the quantized file, built and run on the host, gives TFLM's outputs (float ones bit for bit)."""
+    """`kiln compile` of the quantized file, built with AddressSanitizer and UBSan and run on the host, gives
+    TFLM's outputs (float ones bit for bit)."""
     from toolchain import host
 
     path = converted / f"{case}.{form}.tflite"
@@ -115,7 +117,7 @@ def test_quantized_file_generated_c(converted: Path, case: str, form: str, tmp_p
 
     graph = load(tmp_path / "planned.kir")
     source = tmp_path / f"{case}.c"
-    exe = host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], tmp_path / "host_model")
+    exe = host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], tmp_path / "host_model", sanitize=True)
     rows = samples_for(graph, np.load(converted / f"{case}.calibration.npy"), np.random.default_rng(3))
     outs = host.run_executable(exe, graph, rows)
     interpreter = runtime.Interpreter.from_bytes(path.read_bytes(), arena_size=1 << 22)

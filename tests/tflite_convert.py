@@ -7,7 +7,8 @@ subprocess of tests/test_tflite_converter.py:
 
 Each case is one seeded model, converted in the forms a converter user picks: `int8` (full
 integer with `representative_dataset`, int8 model inputs and outputs), `int8_float_io` (the same
-with float inputs and outputs: QUANTIZE/DEQUANTIZE at the edges), `float`, and `hybrid`
+with float inputs and outputs: QUANTIZE/DEQUANTIZE at the edges), `uint8` (uint8 inputs and
+outputs, QUANTIZE between uint8 and int8 at the edges; two cases), `float`, and `hybrid`
 (dynamic-range: int8 weights, float activations; the dense_4d case, whose weights are large
 enough). OUT_DIR gets `<case>.<form>.tflite` and
 `<case>.calibration.npy` (the representative samples).
@@ -94,6 +95,7 @@ CASES = {
 }
 FORMS = ("int8", "int8_float_io", "float")
 HYBRID = ("dense_4d",)  # the converter quantizes only weights over 1024 elements dynamically
+UINT8_IO = ("conv_stack", "pooling")
 
 
 def build(name: str) -> tuple[tf.keras.Model, np.ndarray]:
@@ -108,14 +110,14 @@ def build(name: str) -> tuple[tf.keras.Model, np.ndarray]:
 
 def convert(model: tf.keras.Model, samples: np.ndarray, form: str) -> bytes:
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
-    if form in ("int8", "int8_float_io", "hybrid"):
+    if form in ("int8", "int8_float_io", "uint8", "hybrid"):
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if form.startswith("int8"):
+    if form.startswith("int8") or form == "uint8":
         converter.representative_dataset = lambda: ([s] for s in samples)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    if form == "int8":
-        converter.inference_input_type = tf.int8
-        converter.inference_output_type = tf.int8
+    if form in ("int8", "uint8"):
+        converter.inference_input_type = getattr(tf, form)
+        converter.inference_output_type = getattr(tf, form)
     return converter.convert()
 
 
@@ -124,7 +126,7 @@ def main(out: Path) -> None:
     for name in CASES:
         model, samples = build(name)
         np.save(out / f"{name}.calibration.npy", samples)
-        for form in FORMS + (("hybrid",) if name in HYBRID else ()):
+        for form in FORMS + (("hybrid",) if name in HYBRID else ()) + (("uint8",) if name in UINT8_IO else ()):
             (out / f"{name}.{form}.tflite").write_bytes(convert(model, samples, form))
 
 

@@ -42,7 +42,7 @@ from toolchain.numerics.fixedpoint import activation_range, round_half_away
 
 Op = tfl.BuiltinOperator
 Act = tfl.ActivationFunctionType
-TENSOR_TYPES = {"int8": tfl.TensorType.INT8, "int32": tfl.TensorType.INT32, "float32": tfl.TensorType.FLOAT32}
+TENSOR_TYPES = {"int8": tfl.TensorType.INT8, "int32": tfl.TensorType.INT32, "float32": tfl.TensorType.FLOAT32, "uint8": tfl.TensorType.UINT8}
 FUSED = {(-math.inf, math.inf): Act.NONE, (0.0, math.inf): Act.RELU, (0.0, 6.0): Act.RELU6, (-1.0, 1.0): Act.RELU_N1_TO_1}
 ELEMENTWISE = {"sigmoid": Op.LOGISTIC, "tanh": Op.TANH, "hardswish": Op.HARD_SWISH}
 
@@ -68,7 +68,7 @@ def to_tflite(graph: Graph, mean: bool = False) -> Exported:
         handler = _HANDLERS.get(node.op)
         if handler is None:
             raise NotExportable(f"{node.op} {node.name!r}: no TFLite counterpart in this exporter")
-        if node.op not in ("quantize", "dequantize") and graph.tensors[node.inputs[0]].dtype != "int8":
+        if node.op not in ("quantize", "dequantize") and graph.tensors[node.inputs[0]].dtype not in ("int8", "uint8"):
             raise NotExportable(f"{node.op} {node.name!r}: float op (float islands are not compared)")
         handler(ex, node)
     sg = me.Subgraph(operators=ex.ops, inputs=[ex.tensor(n) for n in graph.inputs], outputs=[ex.tensor(n) for n in graph.outputs])
@@ -282,8 +282,10 @@ def _table_builtin(ex: _Exporter, node: Node) -> bool:
     """A clamp whose `lut` is TFLM's QUANTIZE, RELU or RELU6 table for its parameters: written as that builtin."""
     (in_s, in_zp), (out_s, out_zp) = (_qp(ex.graph, node.inputs[0]), _qp(ex.graph, node.outputs[0]))
     lut = np.asarray(node.attrs["lut"], np.int8)
-    candidates = [(Op.QUANTIZE, tflm.requantize_table(in_s, in_zp, out_s, out_zp)), (Op.RELU, tflm.relu_table(in_s, in_zp, out_s, out_zp)),
-                  (Op.RELU6, tflm.relu6_table(in_s, in_zp))]
+    types = ex.graph.tensors[node.inputs[0]].dtype, ex.graph.tensors[node.outputs[0]].dtype
+    candidates = [(Op.QUANTIZE, tflm.requantize_table(in_s, in_zp, out_s, out_zp, *types))]
+    if types == ("int8", "int8"):
+        candidates += [(Op.RELU, tflm.relu_table(in_s, in_zp, out_s, out_zp)), (Op.RELU6, tflm.relu6_table(in_s, in_zp))]
     for code, table in candidates:
         if np.array_equal(table, lut):
             ex.emit(code, [ex.tensor(node.inputs[0])], [ex.tensor(node.outputs[0])])
@@ -300,6 +302,8 @@ def _clamp(ex: _Exporter, node: Node) -> None:
     if "lut" in node.attrs and _table_builtin(ex, node):
         return
     src, out = node.inputs[0], node.outputs[0]
+    if "uint8" in (ex.graph.tensors[src].dtype, ex.graph.tensors[out].dtype):
+        raise NotExportable(f"clamp {node.name!r}: a uint8 table that is no TFLite QUANTIZE")
     x = ex.tensor(src)
     q_in, q_out = ex.graph.tensors[src].quant, ex.graph.tensors[out].quant
     if q_in != q_out:

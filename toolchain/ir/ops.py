@@ -262,8 +262,14 @@ def _same(node, ins):
     return [(ins[0].shape, ins[0].dtype)]
 
 
-for _name in ("softmax", "clamp", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu"):
+for _name in ("softmax", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu"):
     op(_name, "kernel", frozenset({"float32", "int8"}))(_same)
+
+
+@op("clamp", "kernel", frozenset({"float32", "int8", "uint8"}))
+def _clamp(node, ins):
+    """A clamp with a `lut` may move between int8 and uint8 (`to`): a uint8 model input or output of a TFLite file."""
+    return [(ins[0].shape, node.attrs.get("to", ins[0].dtype))]
 
 
 @op("quantize", "kernel", FLOAT)

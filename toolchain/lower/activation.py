@@ -30,6 +30,9 @@ def _float_params(site: Site) -> dict[str, int]:
 
 def lower_elementwise(site: Site) -> list[Node]:
     x, y = site.input(0), site.output()
+    if "uint8" in (x.dtype, y.dtype):  # a TFLite file's uint8 input or output: its table moves the bytes
+        kernel = "kiln_lut_u8s8" if x.dtype == "uint8" else "kiln_lut_s8u8"
+        return [site.call(kernel, [x.name, site.constant("lut", np.asarray(site.attr("lut"), np.int8), "int8", y.quant)], size=x.size)]
     if not site.int8:
         return [site.call(f"kiln_{site.node.op}_f32", [x.name], size=x.size, **_float_params(site))]
     in_scale, in_zp = qparams(x, "input")

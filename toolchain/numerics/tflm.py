@@ -167,11 +167,22 @@ def _f32(v: float) -> np.float32:
     return np.float32(v)
 
 
-def requantize_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
-    """TFLM int8→int8 QUANTIZE (`Requantize`): multiplier in_scale/out_scale formed in double."""
+def byte_values(dtype: str) -> np.ndarray:
+    """The value of each table entry's input byte: entry i is byte i ^ 0x80 (int8: i − 128; uint8: (i + 128) mod 256)."""
+    return INT8_INPUTS if dtype == "int8" else (INT8_INPUTS + 256) % 256
+
+
+def as_table(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Output values (int8 or uint8) saturated to their type, stored as the int8 bytes a table holds."""
+    lo, hi = (INT8_MIN, INT8_MAX) if dtype == "int8" else (0, 255)
+    return np.clip(values, lo, hi).astype(np.uint8 if dtype == "uint8" else np.int8).view(np.int8)
+
+
+def requantize_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int, in_dtype: str = "int8", out_dtype: str = "int8") -> np.ndarray:
+    """TFLM QUANTIZE between int8 and uint8 (`Requantize`): multiplier in_scale/out_scale formed in double."""
     multiplier, shift = quantize_multiplier(float(_f32(in_scale)) / float(_f32(out_scale)))
-    out = multiply_by_quantized_multiplier(INT8_INPUTS - in_zp, multiplier, shift) + out_zp
-    return np.clip(out, INT8_MIN, INT8_MAX).astype(np.int8)
+    out = multiply_by_quantized_multiplier(byte_values(in_dtype) - in_zp, multiplier, shift) + out_zp
+    return as_table(out, out_dtype)
 
 
 def _quantize_float(value: float, scale: float, zero_point: int) -> int:

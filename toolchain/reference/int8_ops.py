@@ -57,7 +57,9 @@ def _softmax(graph: Graph, node: Node, ins):
 
 @int8_impl(*ELEMENTWISE_OPS)
 def _elementwise(graph: Graph, node: Node, ins):
-    return [apply_lut(ins[0], node_table(graph, node))]
+    """Entry i of a table is the output byte for input byte i ^ 0x80 (uint8 inputs and outputs of TFLite files included)."""
+    out = apply_lut(np.asarray(ins[0]).view(np.int8), node_table(graph, node))
+    return [out.view(np.uint8) if graph.tensors[node.outputs[0]].dtype == "uint8" else out]
 
 
 def node_table(graph: Graph, node: Node) -> np.ndarray:

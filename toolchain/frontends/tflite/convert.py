@@ -23,7 +23,8 @@ from toolchain.ir.ops import OpError, mean_split
 from toolchain.numerics import tflm
 from toolchain.numerics.fixedpoint import quantize_value, round_half_away
 
-KIR_TYPES = {"FLOAT32": "float32", "INT8": "int8", "INT32": "int32", "INT4": "int8"}  # INT4 constants are unpacked on reading
+# INT4 constants are unpacked on reading; UINT8 tensors are model inputs and outputs around a QUANTIZE.
+KIR_TYPES = {"FLOAT32": "float32", "INT8": "int8", "INT32": "int32", "INT4": "int8", "UINT8": "uint8"}
 FUSED = {"NONE": (-math.inf, math.inf), "RELU": (0.0, math.inf), "RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0), "RELU_0_TO_1": (0.0, 1.0)}
 
 
@@ -383,10 +384,14 @@ def _table(cx: Converter, op: TflOperator, x: int) -> tuple[float, int, float, i
     return float(qi.scale[0]), int(qi.zero_point[0]), float(qo.scale[0]), int(qo.zero_point[0])
 
 
-def _elementwise(cx: Converter, op: TflOperator, kind: str, attrs: dict, table: Callable[..., np.ndarray] | None) -> None:
+def _elementwise(cx: Converter, op: TflOperator, kind: str, attrs: dict, table: Callable[..., np.ndarray] | None,
+                 int8: bool | None = None) -> None:
     """An int8→int8 elementwise op: TFLM's value at each input as the node's `lut` (None: Kiln's own table)."""
     _expect(cx, op, 1)
-    x, int8 = _activation_input(cx, op)
+    if int8 is None:
+        x, int8 = _activation_input(cx, op)
+    else:
+        x = op.inputs[0]
     attrs = dict(attrs)
     if int8 and table is not None:
         try:
@@ -466,17 +471,19 @@ def _with_inputs(op: TflOperator, inputs: list[int]) -> TflOperator:
 
 @handles("QUANTIZE")
 def _quantize(cx: Converter, op: TflOperator) -> None:
-    """float → int8 at the model's edge; int8 → int8 is TFLM's `Requantize`."""
+    """float → int8 at the model's edge; between int8 and int8 or uint8 (a uint8 model input or output) it
+    is TFLM's `Requantize`, a table from byte to byte."""
     _expect(cx, op, 1)
     src, dst = cx.info(op.inputs[0]), cx.info(op.outputs[0])
-    if dst.type != "INT8":
-        raise Unsupported(f"quantizes to {dst.type} (Kiln's int8 kernels take int8; uint8 and int16 are not supported)")
-    if src.type == "FLOAT32":
+    bytes_ = ("INT8", "UINT8")
+    if src.type == "FLOAT32" and dst.type == "INT8":
         cx.emit(op, "quantize", [cx.name(src.index)], [cx.name(dst.index)], {"to": "int8"})
-    elif src.type == "INT8":
-        _elementwise(cx, op, "clamp", {"act_min": -math.inf, "act_max": math.inf}, tflm.requantize_table)
+    elif src.type in bytes_ and dst.type in bytes_ and "INT8" in (src.type, dst.type):
+        types = KIR_TYPES[src.type], KIR_TYPES[dst.type]
+        attrs = {"act_min": -math.inf, "act_max": math.inf} | ({"to": types[1]} if types[0] != types[1] else {})
+        _elementwise(cx, op, "clamp", attrs, lambda *q: tflm.requantize_table(*q, *types), int8=True)
     else:
-        raise Unsupported(f"quantizes a {src.type} tensor (Kiln supports float32 and int8 sources)")
+        raise Unsupported(f"quantizes {src.type} to {dst.type} (Kiln supports float32 to int8, and int8 to and from int8 or uint8)")
 
 
 @handles("DEQUANTIZE")
