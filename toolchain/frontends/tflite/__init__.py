@@ -7,7 +7,8 @@
   bit for bit.
 - A float file becomes a float graph that Kiln calibrates and quantizes like any float model.
   A dynamic-range ("hybrid") file's int8 weights and a float16 file's weights are dequantized
-  to float32 first; `meta["tflite"]` says which kind the file was (`kiln inspect` shows it).
+  to float32 first; `meta["tflite"]` says which kind the file was and `meta["tflite_note"]` what
+  Kiln did with it (`kiln inspect` shows both).
 
 Tensor names are the file's (made unique with the tensor index); node names are
 `<operator>_<index>`. Every operator that cannot be imported is reported at once, one line each.
@@ -52,6 +53,7 @@ def import_tflite(source: Path, name: str, inputs: dict[str, Any]) -> Imported:
         raise KilnError(f"{source}: model input/output {exc}") from None
     _check_io(source, model, graph, inputs)
     graph.meta["tflite"] = _kind(cx, graph)
+    graph.meta["tflite_note"] = KINDS[graph.meta["tflite"]]
     if graph.meta["tflite"] == "int8":
         graph.meta["quantized_source"] = "tflite"
     graph.remove_unused_tensors()

@@ -488,7 +488,8 @@ def _quantize(cx: Converter, op: TflOperator) -> None:
 
 @handles("DEQUANTIZE")
 def _dequantize(cx: Converter, op: TflOperator) -> None:
-    """int8 → float at the model's edge; a constant (float16 or int8 weights) becomes a float constant."""
+    """int8 → float at the model's edge; a constant (float16 or int8 weights) becomes a float constant: the
+    output tensor's entry in the model is replaced by that constant, so the operators that use it see one."""
     _expect(cx, op, 1)
     src, dst = cx.info(op.inputs[0]), cx.info(op.outputs[0])
     if dst.type != "FLOAT32":
