@@ -16,7 +16,15 @@ in a row (it rewrites the same bytes) and the median counts. Then:
 - int8 output SQNR and top-1 agreement against the float graph, as
   `kiln report` measures them (the 16 calibration samples the build keeps);
 - for a model whose model.py defines `test_data()` (digits_cnn): top-1
-  accuracy of the float graph and of the generated C on that held-out split.
+  accuracy of the float graph and of the generated C on that held-out split;
+- for a quantized `.tflite` source (no float graph to compare with): whether
+  the integer reference gives TFLite Micro's outputs on the same samples, and
+  TFLM's memory beside Kiln's: TFLM's `arena_used` (its RecordingMicroAllocator
+  total: tensor data, inputs and outputs included, plus the interpreter's
+  persistent structures) and the tensor-data part of it alone, against Kiln's
+  arena re-planned with `plan.io_in_arena` (inputs and outputs inside the
+  arena, their bytes reusable once dead), so both sides count inputs and
+  outputs the same way.
 
     python bench/run.py [MODEL...] [--repeat N] [--work DIR] [--json FILE] [--no-m4]
 """
@@ -40,13 +48,16 @@ import numpy as np
 import arena
 import cortex_m as m4_bench
 from toolchain import config as model_config, host
+from toolchain.check import seeded_inputs
 from toolchain.codegen.names import c_identifier
 from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.ir.graph import Graph
+from toolchain.plan import plan
 from toolchain.quantize.report import report
 from toolchain.quantize.samples import load_samples, report_inputs
 from toolchain.reference.executor import run
+from toolchain.reference.int8 import INT8_IMPLS
 from toolchain.runio import quantize_inputs
 from toolchain.stages import STAGES
 from toolchain.target.cortex_m import build_firmware, firmware_model
@@ -122,6 +133,64 @@ def sqnr(build: Path) -> tuple[float | None, float]:
     return rep["outputs"].get(quantized.outputs[0]), rep["top1_agreement"]
 
 
+TFLM_ARENA = """
+import sys
+import numpy as np
+from tflite_micro.python.tflite_micro import runtime
+interpreter = runtime.Interpreter.from_file(sys.argv[1], arena_size=1 << 24)
+for i in range(int(sys.argv[2])):
+    details = interpreter.get_input_details(i)
+    interpreter.set_input(np.zeros(details["shape"], details["dtype"]), i)
+interpreter.invoke()
+interpreter.print_allocations()
+"""
+
+
+def tflm_memory(source: Path, inputs: int) -> dict[str, int]:
+    """TFLite Micro's arena use for a .tflite file: `total` (arena_used) and `head` (tensor data), from the
+    RecordingMicroAllocator's report (printed by the C++ runtime, so read from a child's stderr)."""
+    proc = subprocess.run([sys.executable, "-c", TFLM_ARENA, str(source), str(inputs)], capture_output=True, text=True, env=NO_BYTECODE)
+    found = {}
+    for line in proc.stderr.splitlines():
+        for key in ("total", "head"):
+            prefix = f"[RecordingMicroAllocator] Arena allocation {key} "
+            if line.startswith(prefix):
+                found[key] = int(line[len(prefix):].split()[0])
+    if proc.returncode != 0 or len(found) != 2:
+        raise KilnError(f"{source}: TFLite Micro did not report its arena use: {proc.stderr.strip()[-500:]}")
+    return found
+
+
+def tflm_exact(build: Path, source: Path) -> bool:
+    """Whether the integer reference gives TFLM's outputs on the seeded samples `kiln check` uses."""
+    from tflite_micro.python.tflite_micro import runtime
+
+    quantized = load(build / "quantized.kir")
+    rows = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(build).inputs, count=REPORT_SAMPLES))
+    interpreter = runtime.Interpreter.from_file(str(source), arena_size=1 << 24)
+    for row in rows:
+        mine = run(quantized, dict(zip(quantized.inputs, row)), table=INT8_IMPLS)
+        for i, x in enumerate(row):
+            interpreter.set_input(x, i)
+        interpreter.invoke()
+        if any(not np.array_equal(mine[name], interpreter.get_output(j)) for j, name in enumerate(quantized.outputs)):
+            return False
+    return True
+
+
+def tflite_columns(model: str, build: Path, source: str) -> dict[str, Any]:
+    """The TFLite Micro comparison of a quantized .tflite source (empty for other sources)."""
+    quantized = load(build / "quantized.kir")
+    if quantized.meta.get("quantized_source") != "tflite":
+        return {}
+    path = MODELS / model / source
+    cfg = model_config.load(MODELS / model / "model.toml")
+    with_io = plan(load(build / "lowered.kir"), dict(cfg["plan"], io_in_arena=True), lz4=cfg["codegen"]["lz4"])
+    tflm = tflm_memory(path, len(quantized.inputs))
+    return {"tflm_arena_used_bytes": tflm["total"], "tflm_tensor_bytes": tflm["head"], "kiln_arena_io_bytes": int(with_io.meta["arena_size"]),
+            "tflm_exact": tflm_exact(build, path)}
+
+
 def cortex_m4(model: str, build: Path, prefix: str) -> dict[str, Any]:
     """Instructions per inference and per MAC of the model's firmware image under QEMU."""
     planned = load(build / "planned.kir")
@@ -141,7 +210,8 @@ def bench_model(model: str, build: Path, repeat: int, m4: bool) -> dict[str, Any
     planned = load(build / "planned.kir")
     memory = arena.bench_model(model, build)
     macs = graph_macs(planned)
-    sqnr_db, top1 = sqnr(build)
+    tflite = tflite_columns(model, build, cfg["model"]["source"])
+    sqnr_db, top1 = sqnr(build) if not tflite else (None, None)
     m4_row = cortex_m4(model, build, prefix) if m4 else None
     return {
         "model": model,
@@ -160,6 +230,7 @@ def bench_model(model: str, build: Path, repeat: int, m4: bool) -> dict[str, Any
         "sqnr_db": sqnr_db,
         "top1_agreement": top1,
         "accuracy": accuracy(model, build, cfg["model"]["source"], prefix),
+        **tflite,
     }
 
 
@@ -167,7 +238,8 @@ def render(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table."""
     stages = [st.name for st in STAGES]
     head = (["model", "params", "MACs", "weights B", "code B", "arena B", "bound B", "arena/bound"]
-            + [f"{s} s" for s in stages] + ["M4 instr/inference", "M4 instr/MAC", "int8 SQNR dB", "accuracy float / int8"])
+            + [f"{s} s" for s in stages] + ["M4 instr/inference", "M4 instr/MAC", "int8 SQNR dB", "accuracy float / int8",
+                                            "TFLM arena_used B", "TFLM tensors B", "Kiln arena, io inside B"])
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in rows:
         acc = r["accuracy"]
@@ -176,10 +248,17 @@ def render(rows: list[dict[str, Any]]) -> str:
         cells += [f"{r['stage_seconds'][s]:.2f}" for s in stages]
         cells += [f"{r['m4_instructions']:,}" if r["m4_instructions"] is not None else "-",
                   f"{r['m4_instructions_per_mac']:.2f}" if r["m4_instructions_per_mac"] is not None else "-",
-                  "exact" if r["sqnr_db"] is None else f"{r['sqnr_db']:.1f}",
+                  _accuracy_cell(r),
                   f"{100 * acc['float']:.1f}% / {100 * acc['int8_c']:.1f}%" if acc else "-"]
+        cells += [f"{r[k]:,}" if k in r else "-" for k in ("tflm_arena_used_bytes", "tflm_tensor_bytes", "kiln_arena_io_bytes")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _accuracy_cell(r: dict[str, Any]) -> str:
+    if "tflm_exact" in r:  # a quantized .tflite source: its own int8 runtime is the reference
+        return "= TFLM" if r["tflm_exact"] else "differs from TFLM"
+    return "exact" if r["sqnr_db"] is None else f"{r['sqnr_db']:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,3 +84,15 @@ KILN_BINARY_F32(kiln_add_f32, av + bv)
 KILN_BINARY_F32(kiln_sub_f32, av - bv)
 KILN_BINARY_F32(kiln_mul_f32, av * bv)
 KILN_BINARY_F32(kiln_div_f32, av / bv)
+KILN_BINARY_F32(kiln_maximum_f32, (av > bv || av != av) ? av : bv)
+KILN_BINARY_F32(kiln_minimum_f32, (av < bv || av != av) ? av : bv)
+
+void kiln_maximum_s8(const kiln_maximum_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
+{
+    KILN_BROADCAST_LOOP(p, y[out_index] = a[ai] > b[bi] ? a[ai] : b[bi]);
+}
+
+void kiln_minimum_s8(const kiln_minimum_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
+{
+    KILN_BROADCAST_LOOP(p, y[out_index] = a[ai] < b[bi] ? a[ai] : b[bi]);
+}

@@ -13,6 +13,22 @@ void kiln_lut_s8(const kiln_lut_s8_params_t *p, const int8_t *x, const int8_t *t
     }
 }
 
+void kiln_lut_u8s8(const kiln_lut_u8s8_params_t *p, const uint8_t *x, const int8_t *table, int8_t *y)
+{
+    int32_t i;
+    for (i = 0; i < p->size; i++) {
+        y[i] = table[x[i] ^ 0x80u];
+    }
+}
+
+void kiln_lut_s8u8(const kiln_lut_s8u8_params_t *p, const int8_t *x, const int8_t *table, uint8_t *y)
+{
+    int32_t i;
+    for (i = 0; i < p->size; i++) {
+        y[i] = (uint8_t)table[x[i] + 128];
+    }
+}
+
 static float kiln_sigmoid(float v)
 {
     return 1.0f / (1.0f + expf(-v));

@@ -106,6 +106,23 @@ void kiln_global_avg_pool_s8(const kiln_global_avg_pool_s8_params_t *p, const in
     }
 }
 
+void kiln_mean_s8(const kiln_mean_s8_params_t *p, const int8_t *x, int8_t *y)
+{
+    int32_t o, r, i;
+    for (o = 0; o < p->outer; o++) {
+        for (i = 0; i < p->inner; i++) {
+            int64_t sum = 0;
+            int32_t v;
+            for (r = 0; r < p->reduce; r++) {
+                sum += x[((int64_t)o * p->reduce + r) * p->inner + i];
+            }
+            sum -= (int64_t)p->input_zp * p->reduce;
+            v = kiln_requantize(kiln_wrap_s32((uint32_t)(uint64_t)sum), p->mult, p->shift) + p->out_zp;
+            y[o * p->inner + i] = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+        }
+    }
+}
+
 void kiln_global_avg_pool_f32(const kiln_global_avg_pool_f32_params_t *p, const float *x, float *y)
 {
     int32_t b, i, ch;

@@ -127,6 +127,19 @@ void kiln_sub_f32(const kiln_sub_f32_params_t *p, const float *a, const float *b
 void kiln_mul_f32(const kiln_mul_f32_params_t *p, const float *a, const float *b, float *y);
 void kiln_div_f32(const kiln_div_f32_params_t *p, const float *a, const float *b, float *y);
 
+/* Elementwise maximum/minimum (TFLite's MAXIMUM/MINIMUM): int8 compares the values, which share one
+ * scale and zero point; the float versions ignore their activation fields (always +-inf). */
+typedef struct {
+    int32_t d0, d1, d2, d3, a_s0, a_s1, a_s2, a_s3, b_s0, b_s1, b_s2, b_s3;
+} kiln_maximum_s8_params_t;
+typedef kiln_maximum_s8_params_t kiln_minimum_s8_params_t;
+typedef kiln_add_f32_params_t kiln_maximum_f32_params_t;
+typedef kiln_add_f32_params_t kiln_minimum_f32_params_t;
+void kiln_maximum_s8(const kiln_maximum_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y);
+void kiln_minimum_s8(const kiln_minimum_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y);
+void kiln_maximum_f32(const kiln_maximum_f32_params_t *p, const float *a, const float *b, float *y);
+void kiln_minimum_f32(const kiln_minimum_f32_params_t *p, const float *a, const float *b, float *y);
+
 /* ---- pooling --------------------------------------------------------------- */
 
 /* Max pool (clamped to the activation range) and average pool (sum of the
@@ -158,6 +171,14 @@ typedef kiln_global_avg_pool_params_t kiln_global_avg_pool_f32_params_t;
 void kiln_global_avg_pool_s8(const kiln_global_avg_pool_s8_params_t *p, const int8_t *x, int8_t *y);
 void kiln_global_avg_pool_f32(const kiln_global_avg_pool_f32_params_t *p, const float *x, float *y);
 
+/* TFLite Micro's int8 MEAN (QuantizedMeanOrSum): x viewed as [outer][reduce][inner], each
+ * output the sum over `reduce` less reduce * input_zp, requantized by mult/shift (1/reduce
+ * folded in), plus out_zp, saturated. */
+typedef struct {
+    int32_t outer, reduce, inner, input_zp, mult, shift, out_zp;
+} kiln_mean_s8_params_t;
+void kiln_mean_s8(const kiln_mean_s8_params_t *p, const int8_t *x, int8_t *y);
+
 /* ---- softmax --------------------------------------------------------------- */
 
 /* arm_softmax_s8: mult/shift scale input differences into Q5.26, differences
@@ -179,6 +200,12 @@ typedef struct {
     int32_t size;
 } kiln_lut_s8_params_t;
 void kiln_lut_s8(const kiln_lut_s8_params_t *p, const int8_t *x, const int8_t *table, int8_t *y);
+/* The same table lookup at a uint8 model input or output (a TFLite file's QUANTIZE): entry i is the
+ * output byte for input byte i ^ 0x80, as for kiln_lut_s8. */
+typedef kiln_lut_s8_params_t kiln_lut_u8s8_params_t;
+typedef kiln_lut_s8_params_t kiln_lut_s8u8_params_t;
+void kiln_lut_u8s8(const kiln_lut_u8s8_params_t *p, const uint8_t *x, const int8_t *table, int8_t *y);
+void kiln_lut_s8u8(const kiln_lut_s8u8_params_t *p, const int8_t *x, const int8_t *table, uint8_t *y);
 
 typedef struct {
     int32_t size;

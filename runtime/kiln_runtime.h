@@ -18,7 +18,7 @@ typedef enum {
     KILN_ERR_DECOMPRESS = 4     /* compressed weights failed to decode */
 } kiln_status_t;
 
-typedef enum { KILN_INT8 = 0, KILN_FLOAT32 = 1 } kiln_dtype_t;
+typedef enum { KILN_INT8 = 0, KILN_FLOAT32 = 1, KILN_UINT8 = 2 } kiln_dtype_t;
 
 #define KILN_MAX_RANK 6
 

@@ -28,4 +28,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --no-deps -e "$root"
   echo "$want" > "$stamp"
 fi
+
+# A second environment, only for the tests that convert Keras models with TensorFlow's own TFLite
+# converter (tests/tflite_convert.py runs in it as a subprocess): TensorFlow's dependencies never
+# touch the pinned environment above.
+tf_venv="$root/.venv-tf"
+tf_stamp="$tf_venv/.kiln-requirements"
+tf_want="$(sha256sum "$root/requirements-tf.txt" | cut -d' ' -f1)"
+if [ ! -f "$tf_stamp" ] || [ "$(cat "$tf_stamp")" != "$tf_want" ]; then
+  [ -x "$tf_venv/bin/python" ] || python3 -m venv "$tf_venv"
+  "$tf_venv/bin/python" -m pip install -q -r "$root/requirements-tf.txt"
+  echo "$tf_want" > "$tf_stamp"
+fi
 export PATH="$venv/bin:$PATH"

@@ -21,6 +21,9 @@ from toolchain.stages import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
+# Models whose source is a quantized .tflite file: int8 from the import on, with no float path (quant.mode = "none").
+TFLITE_INT8 = sorted(m for m in MODELS if model_config.load(ROOT / "models" / m / "model.toml")["model"]["source"].endswith(".tflite"))
+FLOAT_CAPABLE = [m for m in MODELS if m not in TFLITE_INT8]
 FRONT = ("import", "normalize", "quantize", "lower")
 FROM_QUANTIZE = ("quantize", "lower")
 BACK = ("plan", "codegen")

@@ -411,7 +411,7 @@ def test_concat_requantizes_through_its_own_kernel(lib):
 
 
 # -- the header ------------------------------------------------------------------------
-C_TYPES = {"int8": "int8_t", "int32": "int32_t", "float32": "float", "any": "void"}
+C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t", "float32": "float", "any": "void"}
 
 
 def parse_header() -> tuple[dict[str, list[str]], dict[str, list[str]]]:

@@ -3,7 +3,7 @@
 Kiln promises TFLite's int8 arithmetic; the generated C is held bit-exact to the integer
 reference elsewhere (test_kernels, test_end_to_end), so here the reference meets TFLite itself:
 each graph is written as a .tflite flatbuffer with the same tensors and parameters
-(`tflite_export.py`), run on TFLM's kernels, and every tensor is compared.
+(`toolchain/export/tflite.py`, what `kiln export` writes), run on TFLM's kernels, and every tensor is compared.
 
 1. Seeded sweeps of single-op graphs (odd channel counts, strides, dilations, SAME/VALID and
    explicit paddings, zero points at −128 and 127, per-channel weight scales spanning three
@@ -38,8 +38,9 @@ import pytest
 
 from kernel_harness import act, q, random_int8, single_node
 from model_builds import MODELS
-from tflite_export import NotExportable, Tflm, to_tflite
+from tflm_harness import Tflm
 from toolchain.check import seeded_inputs
+from toolchain.export.tflite import NotExportable, to_tflite
 from toolchain.ir import load
 from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
 from toolchain.ir.ops import OPS

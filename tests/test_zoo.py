@@ -6,8 +6,9 @@ the reference architecture's parameter and multiply-accumulate counts, the
 compiled program run by `kiln run` equals the integer reference bit for bit,
 and that reference stays within stated bounds of the float model. A QDQ
 file's layers also match ONNX's own QDQ semantics within one rounding step
-(tests/qdq_oracle.py). The exported variant files re-generate from their
-scripts: byte for byte where the bytes do not depend on the CPU.
+(tests/qdq_oracle.py); the int8 .tflite file's outputs equal TFLite Micro's,
+bit for bit. The exported variant files re-generate from their scripts: byte
+for byte where the bytes do not depend on the CPU.
 """
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ class Member:
     name: str
     task: str
     base: str
-    runtime: str  # "torch" (model.py or .pt2), "onnx" (float ONNX) or "qdq" (QDQ ONNX)
+    runtime: str  # "torch" (model.py or .pt2), "onnx" (float ONNX), "qdq" (QDQ ONNX) or "tflite" (int8 TFLite on TFLM)
 
 
 ZOO = (
@@ -97,6 +98,7 @@ ZOO = (
     Member("ic_resnet8_pt2", "ic", "ic_resnet8", "torch"),
     Member("vww_mobilenet_qdq", "vww", "vww_mobilenet", "qdq"),
     Member("ad_autoencoder_qdq", "ad", "ad_autoencoder", "qdq"),
+    Member("kws_dscnn_tflite", "kws", "kws_dscnn", "tflite"),
 )
 BY_NAME = {m.name: m for m in ZOO}
 # Files each variant's export.py writes.
@@ -105,6 +107,7 @@ VARIANTS = {
     "ic_resnet8_pt2": ("model.pt2", "calibration.npy"),
     "vww_mobilenet_qdq": ("model.onnx", "calibration.npy"),
     "ad_autoencoder_qdq": ("model.onnx", "calibration.npy"),
+    "kws_dscnn_tflite": ("model.tflite", "calibration.npy"),
 }
 # Files whose bytes depend on the CPU that writes them: onnxruntime calibrates a QDQ file with float32
 # kernels chosen by the vector unit, so its activation ranges (and the int32 biases quantized at activation
@@ -169,14 +172,26 @@ def imported(member: str) -> Graph:
 
 
 def held_out(member: str) -> np.ndarray:
-    """SAMPLES inputs of the member's task, (N, *input_shape), from a seed no model file uses."""
-    return base_module(member).samples(SAMPLES, TEST_SEED)
+    """SAMPLES inputs of the member's task, (N, *input_shape), from a seed no model file uses (NHWC for TFLite)."""
+    samples = base_module(member).samples(SAMPLES, TEST_SEED)
+    return np.ascontiguousarray(samples.transpose(0, 1, 3, 4, 2)) if BY_NAME[member].runtime == "tflite" and samples.ndim == 5 else samples
 
 
 def source_outputs(member: str, inputs: np.ndarray) -> np.ndarray:
-    """The first output for each input in float: PyTorch for model.py, .pt2 and the float model a QDQ file
-    was quantized from; ONNX's reference evaluator (no CPU-specific kernels) for a float ONNX file."""
+    """The first output for each input: PyTorch for model.py, .pt2 and the float model a QDQ file was
+    quantized from; ONNX's reference evaluator (no CPU-specific kernels) for a float ONNX file; TFLite
+    Micro (int8) for the .tflite file."""
     m = BY_NAME[member]
+    if m.runtime == "tflite":
+        from tflite_micro.python.tflite_micro import runtime
+
+        interpreter = runtime.Interpreter.from_bytes(source_path(member).read_bytes(), arena_size=1 << 22)
+        outs = []
+        for x in inputs:
+            interpreter.set_input(x, 0)
+            interpreter.invoke()
+            outs.append(interpreter.get_output(0))
+        return np.stack(outs)
     if m.runtime == "onnx":
         evaluator = ReferenceEvaluator(str(source_path(member)))
         name = evaluator.input_names[0]
@@ -188,9 +203,15 @@ def source_outputs(member: str, inputs: np.ndarray) -> np.ndarray:
 
 
 def graph_counts(graph: Graph) -> Counts:
-    """Kernel, bias and batch-norm entries and MACs of a source-level graph's Conv, Gemm and MatMul nodes."""
+    """Kernel, bias and batch-norm entries and MACs of a source-level graph's Conv, Gemm and MatMul nodes
+    (of a kernel-level graph's conv2d, depthwise_conv2d and fully_connected nodes)."""
     weights = biases = batch_norm = macs = 0
     for node in graph.nodes:
+        if node.op in ("conv2d", "depthwise_conv2d", "fully_connected"):
+            w, out = graph.tensors[node.inputs[1]], graph.tensors[node.outputs[0]]
+            weights += w.size
+            biases += graph.tensors[node.inputs[2]].size if len(node.inputs) > 2 and node.inputs[2] else 0
+            macs += out.size * (math.prod(w.shape[1:3]) if node.op == "depthwise_conv2d" else math.prod(w.shape[1:]))
         if node.op in ("Conv", "Gemm", "MatMul"):
             w, out = graph.tensors[node.inputs[1]], graph.tensors[node.outputs[0]]
             assert w.data is not None, f"{node.name}: weights are not a constant"
@@ -212,7 +233,7 @@ def sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
     return 10.0 * math.log10(float(np.sum(reference.astype(np.float64) ** 2)) / float(np.sum((reference - test) ** 2.0)))
 
 
-@pytest.mark.parametrize("member", [m.name for m in ZOO if m.runtime != "qdq"])
+@pytest.mark.parametrize("member", [m.name for m in ZOO if m.runtime not in ("qdq", "tflite")])
 def test_float_reference_of_import_matches_source(member):
     graph = imported(member)
     inputs = held_out(member)[:4]
@@ -281,9 +302,13 @@ def test_kiln_run_matches_int8_reference_and_tracks_source(member, compiled, tmp
     want = np.stack([r[0] for r in reference_outputs(quantized, raw)])
     assert got.dtype == want.dtype == np.int8 and np.array_equal(got, want)
 
+    m = BY_NAME[member]
+    if m.runtime == "tflite":  # the int8 file on TFLite Micro: the generated C gives its bytes
+        assert np.array_equal(got, source_outputs(member, [r[0] for r in raw]))
+        return
     result = np.stack([d[0] for d in dequantize_outputs(quantized, [[g] for g in got])])
     source = source_outputs(member, floats)
-    bound = FIDELITY[BY_NAME[member].task]
+    bound = FIDELITY[m.task]
     assert sqnr_db(source, result) >= bound.sqnr_db
     if bound.top1 is not None:
         top1 = np.mean(np.argmax(source.reshape(SAMPLES, -1), 1) == np.argmax(result.reshape(SAMPLES, -1), 1))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `kiln inspect ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_stage)
 
     c = sub.add_parser("compile", help="run every stage on a model source, without SCons")
-    c.add_argument("source", type=Path, help="a model folder, model.py, .pt2 or .onnx file")
+    c.add_argument("source", type=Path, help="a model folder, model.py, .pt2, .onnx or .tflite file")
     c.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
     c.add_argument("--calibration", type=Path, action="append", help="calibration samples (.npy/.npz), N samples on a leading axis")
     c.add_argument("-o", "--output", type=Path, required=True, help="output folder")
@@ -48,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("file", type=Path)
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.set_defaults(func=_cmd_inspect)
+
+    e = sub.add_parser("export", help="write an int8 stage (quantized.kir) as a .tflite file, for Netron or TFLite Micro")
+    e.add_argument("file", type=Path, help="a quantized.kir (or a .kir of the same form)")
+    e.add_argument("-o", "--output", type=Path, required=True, help="the .tflite file to write")
+    e.add_argument("--mean", action="store_true", help="write global average pools as MEAN instead of AVERAGE_POOL_2D")
+    e.set_defaults(func=_cmd_export)
 
     r = sub.add_parser("run", help="compile a `kiln compile` output folder for the host and run it")
     r.add_argument("outdir", type=Path)
@@ -74,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 
     n = sub.add_parser("new", help="start a model folder: the source copied in and a commented model.toml")
     n.add_argument("name", help="the model's name (its folder under models/, its C symbol prefix)")
-    n.add_argument("--from", dest="source", type=Path, required=True, help="a model.py, .onnx or .pt2 file")
+    n.add_argument("--from", dest="source", type=Path, required=True, help="a model.py, .onnx, .pt2 or .tflite file")
     n.add_argument("--models-dir", type=Path, default=Path("models"), help="where model folders live (default: models)")
     n.set_defaults(func=_cmd_new)
     return p
@@ -124,6 +134,23 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     info = describe(load(args.file))
     print(json.dumps(info, indent=1, sort_keys=True) if args.json else render(info))
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from toolchain.export.tflite import NotExportable, to_tflite
+    from toolchain.ir import load
+    from toolchain.ir.serialize import write_atomic
+
+    if args.output.suffix.lower() != ".tflite":
+        raise KilnError(f"{args.output}: kiln export writes .tflite files")
+    graph = load(args.file)
+    try:
+        exported = to_tflite(graph, mean=args.mean)
+    except NotExportable as exc:
+        raise KilnError(f"{args.file}: cannot be written as TFLite exactly: {exc}") from None
+    write_atomic(args.output, exported.model)
+    print(f"kiln: wrote {args.output} ({len(exported.model)} bytes)", file=sys.stderr)
     return 0
 
 

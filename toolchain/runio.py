@@ -58,7 +58,7 @@ def quantize_inputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[list[
             if t.dtype == "float32":
                 row.append(np.asarray(a, np.float32))
                 continue
-            row.append(quantize_array(a, t.quant))
+            row.append(quantize_array(a, t.quant, t.dtype))
         out.append(row)
     return out
 

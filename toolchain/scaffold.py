@@ -17,7 +17,7 @@ from toolchain.config import Key
 from toolchain.errors import KilnError
 from toolchain.stages import STAGES, config_schema
 
-SOURCE_NAMES = {".py": "model.py", ".onnx": "model.onnx", ".pt2": "model.pt2"}
+SOURCE_NAMES = {".py": "model.py", ".onnx": "model.onnx", ".pt2": "model.pt2", ".tflite": "model.tflite"}
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 
 
@@ -29,12 +29,12 @@ def new_model(name: str, source: Path, models_dir: Path) -> Path:
         raise KilnError(f"{source}: no such model source")
     target_name = SOURCE_NAMES.get(source.suffix.lower())
     if target_name is None:
-        raise KilnError(f"{source}: unknown model source type {source.suffix!r} (expected .py, .onnx or .pt2)")
+        raise KilnError(f"{source}: unknown model source type {source.suffix!r} (expected .py, .onnx, .pt2 or .tflite)")
     folder = models_dir / name
     if folder.exists():
         raise KilnError(f"{folder}: already exists; not overwriting it")
     extra = _onnx_external_data(source) if target_name == "model.onnx" else []
-    inputs = _onnx_inputs(source) if target_name == "model.onnx" else []
+    inputs = _onnx_inputs(source) if target_name == "model.onnx" else _tflite_inputs(source) if target_name == "model.tflite" else []
     folder.mkdir(parents=True)
     shutil.copyfile(source, folder / target_name)
     for rel in extra:
@@ -77,7 +77,8 @@ def _inputs_section(inputs: list[tuple[str, list[Any]]]) -> list[str]:
     lines = ["# One table per model input: its shape (static, batch included) and dtype (float32).",
              "# Needed when the source leaves a dimension free; otherwise it must agree with the source."]
     for input_name, dims in inputs or [("NAME", ["..."])]:
-        lines += [f"# [inputs.{input_name}]", f"# shape = [{', '.join(map(str, dims))}]"]
+        key = input_name if re.fullmatch(r"[A-Za-z0-9_-]+", input_name) else json.dumps(input_name)
+        lines += [f"# [inputs.{key}]", f"# shape = [{', '.join(map(str, dims))}]"]
     return lines
 
 
@@ -101,6 +102,17 @@ def _onnx_inputs(source: Path) -> list[tuple[str, list[Any]]]:
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in vi.type.tensor_type.shape.dim]
         out.append((vi.name, dims))
     return out
+
+
+def _tflite_inputs(source: Path) -> list[tuple[str, list[Any]]]:
+    """Each input of a .tflite file with its (static) shape, as the TFLite frontend names it."""
+    from toolchain.frontends.tflite.convert import Converter
+    from toolchain.frontends.tflite.read import read_tflite
+    from toolchain.ir.graph import Graph
+
+    model = read_tflite(source)
+    names = Converter(model, Graph("scaffold")).names
+    return [(names[i], list(model.tensors[i].shape)) for i in model.inputs]
 
 
 def _onnx_external_data(source: Path) -> list[str]:

@@ -75,7 +75,7 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage("import", (), ("imported.kir", "calibration.npz"), ("model", "inputs"),
-          ("toolchain/frontends", "toolchain/reference"), "toolchain.stages:run_import"),
+          ("toolchain/frontends", "toolchain/reference", "toolchain/numerics"), "toolchain.stages:run_import"),
     Stage("normalize", ("imported.kir",), ("normalized.kir",), ("normalize",),
           ("toolchain/passes", "toolchain/reference"), "toolchain.stages:run_normalize"),
     Stage("quantize", ("normalized.kir", "calibration.npz"), ("quantized.kir", "samples.npz"), ("quant",),

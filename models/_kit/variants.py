@@ -1,4 +1,5 @@
-"""The zoo's variant files: a model.py of the zoo written out as an ONNX file, a QDQ ONNX file or a .pt2 program.
+"""The zoo's variant files: a model.py of the zoo written out as an ONNX file, a QDQ ONNX file, a .pt2
+program or an int8 .tflite file.
 
 Each variant folder's `export.py` calls one `export_*` function here and
 `main` for its command line. Every writer drops what would tie the bytes to
@@ -93,6 +94,28 @@ def export_qdq(base: str, out: Path, input_name: str, output_name: str) -> None:
         quantized = onnx.load_model(qdq_path)
     onnx.save_model(without_metadata(quantized), out / "model.onnx")
     np.save(out / "calibration.npy", defs.calibration_data())
+
+
+def export_tflite(base: str, out: Path) -> None:
+    """Write `model.tflite` and `calibration.npy`: the model quantized by Kiln with an NHWC input (as TFLite
+    models take images and spectrograms) and written by Kiln's TFLite exporter (`kiln export`), and
+    the source's calibration samples in that layout, shaped (N, 1, H, W, C).
+
+    Kiln's stages and its exporter are deterministic, so the bytes depend only on the pinned packages.
+    """
+    from toolchain import config
+    from toolchain.export.tflite import to_tflite
+    from toolchain.ir import load
+    from toolchain.stages import run_stage
+
+    cfg = config.load(MODELS / base / "model.toml")
+    cfg["normalize"]["input_layout"] = "NHWC"
+    with tempfile.TemporaryDirectory() as tmp:
+        for stage in ("import", "normalize", "quantize"):
+            run_stage(stage, base, MODELS / base, cfg, Path(tmp))
+        graph = load(Path(tmp) / "quantized.kir")
+    (out / "model.tflite").write_bytes(to_tflite(graph).model)
+    np.save(out / "calibration.npy", np.ascontiguousarray(source_module(base).calibration_data().transpose(0, 1, 3, 4, 2)))
 
 
 def model_frames(stack_trace: str, source: Path) -> str:

@@ -24,7 +24,7 @@ from toolchain.ir.graph import Graph, Tensor
 from toolchain.lz4 import compress
 
 C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "uint8": "uint8_t", "float32": "float"}
-DTYPE_CODES = {"int8": "KILN_INT8", "float32": "KILN_FLOAT32"}
+DTYPE_CODES = {"int8": "KILN_INT8", "float32": "KILN_FLOAT32", "uint8": "KILN_UINT8"}
 
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
@@ -219,7 +219,7 @@ def _call(graph: Graph, index: int, node, const_names: dict[str, str]) -> Call:
 def _io_info(graph: Graph, name: str, index: int) -> dict:
     t = graph.tensors[name]
     if t.dtype not in DTYPE_CODES:
-        raise KilnError(f"graph {graph.name!r}: input/output {name!r} is {t.dtype}; only int8 and float32 cross the model boundary")
+        raise KilnError(f"graph {graph.name!r}: input/output {name!r} is {t.dtype}; only int8, uint8 and float32 cross the model boundary")
     q = t.quant
     in_arena = t.attrs.get("memory") == "arena"
     return {

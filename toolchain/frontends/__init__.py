@@ -1,7 +1,7 @@
-"""Frontends: a model source (model.py, .pt2, .onnx) into a source-level Kiln graph.
+"""Frontends: a model source (model.py, .pt2, .onnx, .tflite) into a Kiln graph.
 
 Every frontend returns an `Imported`: the graph (ONNX-named source ops, NCHW as
-the source has it) and, when the source provides it (`calibration_data()` in a
+the source has it; the TFLite frontend gives kernel ops, NHWC as the file has them) and, when the source provides it (`calibration_data()` in a
 model.py), calibration samples per graph input, each shaped (N, *input_shape).
 """
 from __future__ import annotations
@@ -44,4 +44,8 @@ def import_model(source: Path, name: str, inputs: dict[str, Any], depends: tuple
         from toolchain.frontends.onnx import import_onnx
 
         return import_onnx(source, name, inputs)
-    raise KilnError(f"{source}: unknown model source type {suffix!r} (expected .py, .pt2 or .onnx)")
+    if suffix == ".tflite":
+        from toolchain.frontends.tflite import import_tflite
+
+        return import_tflite(source, name, inputs)
+    raise KilnError(f"{source}: unknown model source type {suffix!r} (expected .py, .pt2, .onnx or .tflite)")

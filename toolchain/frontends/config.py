@@ -16,7 +16,7 @@ def _relative_paths(value: list) -> str | None:
 
 CONFIG = {
     "source": Key("source", str, "model.py",
-                  "The model source, relative to the model folder: a model.py (torch nn.Module factory), a .pt2 or an .onnx file."),
+                  "The model source, relative to the model folder: a model.py (torch nn.Module factory), a .pt2, an .onnx or a .tflite file."),
     "depends": Key("depends", list, [],
                    "Files outside the model folder that the source reads (e.g. a module shared by several model.py files), "
                    "relative to the model folder; the import stage re-runs when one changes.", _relative_paths),

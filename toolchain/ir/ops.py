@@ -139,7 +139,7 @@ def _binary(node, ins):
     return [(broadcast(a.shape, b.shape), a.dtype)]
 
 
-for _name in ("add", "sub", "mul"):
+for _name in ("add", "sub", "mul", "maximum", "minimum"):
     op(_name, "kernel", frozenset({"float32", "int8"}))(_binary)
 op("div", "kernel", FLOAT)(_binary)
 
@@ -160,6 +160,28 @@ def _global_avg_pool(node, ins):
     if len(x.shape) != 4:
         raise OpError(f"expects a 4-D NHWC input, got shape {x.shape}")
     return [((x.shape[0], 1, 1, x.shape[3]), x.dtype)]
+
+
+def mean_split(shape: Shape, axes: list[int]) -> tuple[int, int, int]:
+    """(outer, reduced, inner) element counts of a mean over `axes`: one run of axes, size-1 gaps allowed."""
+    axes = sorted({norm_axis(a, len(shape)) for a in axes})
+    if not axes:
+        raise OpError("mean needs at least one axis")
+    first, last = axes[0], axes[-1]
+    if any(shape[i] != 1 for i in range(first, last + 1) if i not in axes):
+        raise OpError(f"mean over axes {axes} of shape {shape}: the reduced axes must be adjacent")
+    prod = lambda dims: int(np.prod(dims, dtype=np.int64))  # noqa: E731
+    return prod(shape[:first]), prod(shape[first:last + 1]), prod(shape[last + 1:])
+
+
+@op("mean", "kernel", frozenset({"int8"}))
+def _mean(node, ins):
+    """TFLite Micro's int8 MEAN over `axes` (`keepdims` 1 keeps them as size 1)."""
+    (x,) = ins
+    axes = {norm_axis(a, len(x.shape)) for a in node.attrs["axes"]}
+    mean_split(x.shape, sorted(axes))
+    keep = bool(node.attrs.get("keepdims", 1))
+    return [(tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes), x.dtype)]
 
 
 @op("reshape", "kernel", ANY)
@@ -240,8 +262,14 @@ def _same(node, ins):
     return [(ins[0].shape, ins[0].dtype)]
 
 
-for _name in ("softmax", "clamp", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu"):
+for _name in ("softmax", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu"):
     op(_name, "kernel", frozenset({"float32", "int8"}))(_same)
+
+
+@op("clamp", "kernel", frozenset({"float32", "int8", "uint8"}))
+def _clamp(node, ins):
+    """A clamp with a `lut` may move between int8 and uint8 (`to`): a uint8 model input or output of a TFLite file."""
+    return [(ins[0].shape, node.attrs.get("to", ins[0].dtype))]
 
 
 @op("quantize", "kernel", FLOAT)

@@ -33,7 +33,7 @@ _BCAST = _f("d0 d1 d2 d3 a_s0 a_s1 a_s2 a_s3 b_s0 b_s1 b_s2 b_s3")
 _POOL = _f("n in_h in_w c out_h out_w k_h k_w stride_h stride_w pad_top pad_left")
 _PAD = _f("in_d0 in_d1 in_d2 in_d3 pre0 pre1 pre2 pre3 out_d0 out_d1 out_d2 out_d3")
 _COPY = _f("outer inner in_stride in_offset out_stride out_offset")
-_S8, _S32, _F32, _ANY = "int8", "int32", "float32", "any"
+_S8, _U8, _S32, _F32, _ANY = "int8", "uint8", "int32", "float32", "any"
 _CONV_S8_IO = ((_S8, _S8, _S32, _S32, _S32), (_S8,))
 _CONV_F32_IO = ((_F32, _F32, _F32), (_F32,))
 
@@ -47,14 +47,18 @@ _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]
     ("kiln_fully_connected_f32", _f("batches in_features out_features act_min_bits act_max_bits"), _CONV_F32_IO),
     *[(f"kiln_{op}_s8", _BCAST + _f("a_offset a_mult a_shift b_offset b_mult b_shift left_shift out_mult out_shift out_zp act_min act_max"), ((_S8, _S8), (_S8,))) for op in ("add", "sub")],
     ("kiln_mul_s8", _BCAST + _f("a_offset b_offset out_mult out_shift out_zp act_min act_max"), ((_S8, _S8), (_S8,))),
-    *[(f"kiln_{op}_f32", _BCAST + _f("act_min_bits act_max_bits"), ((_F32, _F32), (_F32,))) for op in ("add", "sub", "mul", "div")],
+    *[(f"kiln_{op}_f32", _BCAST + _f("act_min_bits act_max_bits"), ((_F32, _F32), (_F32,))) for op in ("add", "sub", "mul", "div", "maximum", "minimum")],
+    *[(f"kiln_{op}_s8", _BCAST, ((_S8, _S8), (_S8,))) for op in ("maximum", "minimum")],
     *[(f"kiln_{op}_s8", _POOL + _f("act_min act_max"), ((_S8,), (_S8,))) for op in ("max_pool2d", "avg_pool2d")],
     *[(f"kiln_{op}_f32", _POOL + _f("act_min_bits act_max_bits"), ((_F32,), (_F32,))) for op in ("max_pool2d", "avg_pool2d")],
     ("kiln_global_avg_pool_s8", _f("n hw c"), ((_S8,), (_S8,))),
     ("kiln_global_avg_pool_f32", _f("n hw c"), ((_F32,), (_F32,))),
+    ("kiln_mean_s8", _f("outer reduce inner input_zp mult shift out_zp"), ((_S8,), (_S8,))),
     ("kiln_softmax_s8", _f("rows row_size mult shift diff_min"), ((_S8,), (_S8,))),
     ("kiln_softmax_f32", _f("rows row_size beta_bits"), ((_F32,), (_F32,))),
     ("kiln_lut_s8", _f("size"), ((_S8, _S8), (_S8,))),
+    ("kiln_lut_u8s8", _f("size"), ((_U8, _S8), (_S8,))),
+    ("kiln_lut_s8u8", _f("size"), ((_S8, _S8), (_U8,))),
     *[(f"kiln_{op}_f32", _f("size"), ((_F32,), (_F32,))) for op in ("sigmoid", "tanh", "hardswish", "silu")],
     ("kiln_hardsigmoid_f32", _f("size alpha_bits beta_bits"), ((_F32,), (_F32,))),
     ("kiln_gelu_f32", _f("size approximate"), ((_F32,), (_F32,))),

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from toolchain.ir.graph import Node
 from toolchain.lower.common import Site, Unsupported, qparams
 from toolchain.numerics.fixedpoint import float_bits
@@ -28,11 +30,17 @@ def _float_params(site: Site) -> dict[str, int]:
 
 def lower_elementwise(site: Site) -> list[Node]:
     x, y = site.input(0), site.output()
+    if "uint8" in (x.dtype, y.dtype):  # a TFLite file's uint8 input or output: its table moves the bytes
+        kernel = "kiln_lut_u8s8" if x.dtype == "uint8" else "kiln_lut_s8u8"
+        return [site.call(kernel, [x.name, site.constant("lut", np.asarray(site.attr("lut"), np.int8), "int8", y.quant)], size=x.size)]
     if not site.int8:
         return [site.call(f"kiln_{site.node.op}_f32", [x.name], size=x.size, **_float_params(site))]
     in_scale, in_zp = qparams(x, "input")
     out_scale, out_zp = qparams(y, "output")
-    table = op_table(site.node.op, site.node.attrs, in_scale, in_zp, out_scale, out_zp)
+    if "lut" in site.node.attrs:  # the table the source fixed (a TFLite file: TFLM's values)
+        table = np.asarray(site.attr("lut"), np.int8)
+    else:
+        table = op_table(site.node.op, site.node.attrs, in_scale, in_zp, out_scale, out_zp)
     return [site.call("kiln_lut_s8", [x.name, site.constant("lut", table, "int8", site.output().quant)], size=x.size)]
 
 

@@ -1,4 +1,4 @@
-"""add, sub, mul, div: broadcasting folded into 4-D strides, int8 arithmetic into multipliers."""
+"""add, sub, mul, div, maximum, minimum: broadcasting folded into 4-D strides, int8 arithmetic into multipliers."""
 from __future__ import annotations
 
 from toolchain.ir.graph import Node
@@ -47,6 +47,10 @@ def lower_binary(site: Site) -> list[Node]:
     if not site.int8:
         return [site.call(f"kiln_{op}_f32", [a.name, b.name], **geo, **site.act_bits())]
     qa, qb, qy = qparams(a, "input a"), qparams(b, "input b"), qparams(y, "output")
+    if op in ("maximum", "minimum"):
+        if not qa == qb == qy:
+            raise Unsupported(f"{op} compares int8 values: inputs and output need one scale and zero point, got {qa}, {qb}, {qy}")
+        return [site.call(f"kiln_{op}_s8", [a.name, b.name], **geo)]
     if op == "mul":
         mult, shift = mul_multiplier(qa[0], qb[0], qy[0])
         return [site.call("kiln_mul_s8", [a.name, b.name], **geo, a_offset=-qa[1], b_offset=-qb[1], out_mult=mult, out_shift=shift,

@@ -1,8 +1,10 @@
-"""max_pool2d, avg_pool2d, global_avg_pool: int8 versions keep the input's quantization."""
+"""max_pool2d, avg_pool2d, global_avg_pool (int8 versions keep the input's quantization), and TFLM's int8 mean."""
 from __future__ import annotations
 
 from toolchain.ir.graph import Node
-from toolchain.lower.common import Site, Unsupported, four_d, require_same_quant
+from toolchain.ir.ops import mean_split
+from toolchain.lower.common import Site, Unsupported, four_d, qparams, require_same_quant
+from toolchain.numerics.tflm import mean_multiplier
 
 
 def lower_pool(site: Site) -> list[Node]:
@@ -26,3 +28,12 @@ def lower_global_avg_pool(site: Site) -> list[Node]:
         require_same_quant(site)
     suffix = "s8" if site.int8 else "f32"
     return [site.call(f"kiln_global_avg_pool_{suffix}", [site.input(0).name], n=n, hw=h * w, c=c)]
+
+
+def lower_mean(site: Site) -> list[Node]:
+    """TFLite Micro's int8 MEAN: the sum over one run of axes, 1/count folded into the requantization."""
+    x = site.input(0)
+    outer, reduce, inner = mean_split(x.shape, site.attr("axes"))
+    (in_scale, in_zp), (out_scale, out_zp) = qparams(x, "input"), qparams(site.output(), "output")
+    mult, shift = mean_multiplier(in_scale, out_scale, reduce)
+    return [site.call("kiln_mean_s8", [x.name], outer=outer, reduce=reduce, inner=inner, input_zp=in_zp, mult=mult, shift=shift, out_zp=out_zp)]

@@ -90,6 +90,12 @@ def normalize(
     environment: KILN_VERIFY, KILN_LOG, KILN_DUMP_DIR).
     """
     disabled, layout = _config(config or {})
+    if graph.meta.get("quantized_source") == "tflite":
+        # A quantized TFLite file is in kernel form already, and every rewrite would risk changing
+        # what TFLite Micro computes from it (docs/tflite.md): it is only put in canonical order.
+        result = canonicalize(graph)
+        verify(result, levels=("kernel",))
+        return result
     passes = [p for p in PASSES if p.name not in disabled]
     start = canonicalize(input_layout.apply(graph, layout))
     result = run_passes(start, passes, max_rounds=max_rounds, check=check, log=log, dump_dir=dump_dir)

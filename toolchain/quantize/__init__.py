@@ -1,5 +1,7 @@
 """The quantize stage: a kernel-level float graph into the int8 graph that docs/ir.md specifies.
 
+A quantized TFLite source passes through unchanged: its file fixed everything.
+
 1. Decide which nodes run in int8 (every node of a float source; the nodes a
    QDQ source quantized) and which float tensors get int8 parameters.
 2. Group the tensors that must share parameters; pin the groups whose
@@ -29,6 +31,10 @@ __all__ = ["quantize"]
 def quantize(graph: Graph, config: dict[str, Any], calibration: dict[str, np.ndarray]) -> Graph:
     """The int8 form of `graph` (`config` is the model.toml `quant` table, defaults filled in)."""
     g = graph.copy()
+    if g.meta.get("quantized_source") == "tflite":
+        if config["mode"] == "none":
+            raise KilnError(f"model {g.name!r}: quant.mode = \"none\", but the TFLite source is already quantized to int8")
+        return g  # the file fixed every parameter, table and bias (docs/tflite.md)
     if config["mode"] == "none":
         return g
     for index, node in enumerate(g.nodes):

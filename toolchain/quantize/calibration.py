@@ -46,7 +46,7 @@ def load_calibration(graph: Graph, config: dict[str, Any], model_dir: Path, impo
         samples = _merge([_read_file(model_dir / rel, rel, graph) for rel in config["calibration"]], graph)
     else:
         samples = _read_npz(imported_npz, imported_npz.name)
-    if not samples and graph.meta.get("quantized_source") != "qdq":
+    if not samples and graph.meta.get("quantized_source") not in ("qdq", "tflite"):
         raise missing_calibration_error(graph)
     return {name: _to_input_layout(graph, name, arr) for name, arr in samples.items()}
 

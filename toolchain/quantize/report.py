@@ -47,7 +47,15 @@ def _sqnr(signal: float, noise: float) -> float | None:
 
 
 def report(float_graph: Graph, quantized_graph: Graph, samples: dict[str, np.ndarray], inputs: str | None = None) -> dict[str, Any]:
-    """Compare the graphs on `samples` (per input, shaped (N, *input_shape)); `inputs` says what the samples are."""
+    """Compare the graphs on `samples` (per input, shaped (N, *input_shape)); `inputs` says what the samples are.
+
+    A quantized TFLite source has no float graph: its int8 graph is the source itself (held to
+    TFLite Micro bit for bit), so nothing is compared and the report says so.
+    """
+    if quantized_graph.meta.get("quantized_source") == "tflite":
+        return {"model": quantized_graph.name, "samples": 0, "inputs": "no samples", "top1_agreement": 1.0,
+                "outputs": {}, "tensors": {},
+                "note": "a quantized TFLite source: the int8 graph is the source, there is no float graph to compare with"}
     names = _compared(float_graph, quantized_graph)
     counts = {len(samples[n]) for n in float_graph.inputs if n in samples}
     if len(counts) != 1 or len(samples) < len(float_graph.inputs) or 0 in counts:
@@ -99,6 +107,8 @@ def to_json(rep: dict[str, Any]) -> str:
 
 def format_report(rep: dict[str, Any]) -> str:
     """A readable table: one row per compared tensor in graph order, then the summary line."""
+    if "note" in rep:
+        return f"model {rep['model']}: {rep['note']}\n"
     rows = [("tensor", "op", "scale", "zp", "range", "SQNR dB")]
     for name in sorted(rep["tensors"], key=lambda n: rep["tensors"][n]["index"]):
         e = rep["tensors"][name]

@@ -22,7 +22,7 @@ SHARES_INPUT = frozenset({"max_pool2d", "reshape", "transpose", "slice", "split"
 # Ops that only move values: in a QDQ source their outputs stay on the input's int8 grid.
 DATA_MOVEMENT = (SHARES_INPUT - {"avg_pool2d", "global_avg_pool"}) | {"concat"}
 # Every input and the output share one scale and zero point.
-UNIFIED = frozenset({"concat"})
+UNIFIED = frozenset({"concat", "maximum", "minimum"})
 # Outputs with parameters fixed by the kernel.
 FIXED_OUTPUT = {
     "softmax": QuantParams((1.0 / 256.0,), (-128,)),
@@ -65,11 +65,11 @@ def _broadcast(params: QuantParams, ndim: int) -> tuple[np.ndarray, np.ndarray]:
     return scale.reshape(shape), zp.reshape(shape)
 
 
-def quantize_array(x: np.ndarray, params: QuantParams) -> np.ndarray:
-    """float -> int8 as TFLite's AffineQuantize: zero_point + round(x / scale) in float32, clamped."""
+def quantize_array(x: np.ndarray, params: QuantParams, dtype: str = "int8") -> np.ndarray:
+    """float -> int8 (or a TFLite file's uint8) as TFLite's AffineQuantize: zero_point + round(x / scale) in float32, clamped."""
     scale, zp = _broadcast(params, np.ndim(x))
     q = round_half_away(np.asarray(x, np.float32) / np.asarray(scale, np.float32)).astype(np.int64) + zp
-    return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
+    return np.clip(q, 0, 255).astype(np.uint8) if dtype == "uint8" else np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
 
 
 def dequantize_array(q: np.ndarray, params: QuantParams) -> np.ndarray:

@@ -69,6 +69,16 @@ def _mul(node, ins):
     return [_act(node, _f64(ins[0]) * _f64(ins[1]))]
 
 
+@impl("maximum")
+def _maximum(node, ins):
+    return [np.maximum(ins[0], ins[1])]
+
+
+@impl("minimum")
+def _minimum(node, ins):
+    return [np.minimum(ins[0], ins[1])]
+
+
 @impl("div")
 def _div(node, ins):
     return [_act(node, _f64(ins[0]) / _f64(ins[1]))]

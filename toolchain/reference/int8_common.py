@@ -46,8 +46,8 @@ def int8_impl(*ops: str):
 
 def _dispatch(int8_fn: Int8Impl | None, float_fn, graph: Graph, node: Node, ins: list[np.ndarray | None]) -> list[np.ndarray]:
     first = graph.tensors[node.inputs[0]].dtype if node.inputs and node.inputs[0] else "float32"
-    if float_fn is not None and (first != "int8" or int8_fn is None):
-        if first == "int8":
+    if float_fn is not None and (first not in ("int8", "uint8") or int8_fn is None):
+        if first in ("int8", "uint8"):
             raise _error(graph, node, "no int8 implementation")
         return float_fn(node, ins)
     try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 import numpy as np
 
 from toolchain.ir.graph import Graph, Node
+from toolchain.ir.ops import mean_split
 from toolchain.numerics.fixedpoint import INT8_MAX, INT8_MIN, clamp, quantize_value, requantize, round_half_away, wrap_int32
 from toolchain.numerics.functions import ELEMENTWISE_OPS
 from toolchain.numerics.lut import apply_lut, op_table
 from toolchain.numerics.params import add_params, mul_multiplier, requant_multiplier
 from toolchain.numerics.softmax import OUTPUT_SCALE, OUTPUT_ZERO_POINT, softmax_params, softmax_s8
+from toolchain.numerics.tflm import mean_multiplier
 from toolchain.reference.executor import FLOAT_IMPLS
 from toolchain.reference.int8_common import act_bounds, int8_impl, io_params, qparams, require_same_params, to_output
 
@@ -35,6 +37,15 @@ def _mul(graph: Graph, node: Node, ins):
     return [to_output(prod, mult, shift, qy[1], *act_bounds(graph, node))]
 
 
+@int8_impl("maximum", "minimum")
+def _max_min(graph: Graph, node: Node, ins):
+    """TFLite's MAXIMUM/MINIMUM compare the int8 values; equal parameters make that the real comparison."""
+    params = _params(graph, node.inputs + node.outputs)
+    if len(set(params)) != 1:
+        raise ValueError(f"inputs and output need one scale and zero point, got {params}")
+    return [(np.maximum if node.op == "maximum" else np.minimum)(ins[0], ins[1])]
+
+
 @int8_impl("softmax")
 def _softmax(graph: Graph, node: Node, ins):
     (in_scale, _), out = io_params(graph, node)
@@ -46,8 +57,29 @@ def _softmax(graph: Graph, node: Node, ins):
 
 @int8_impl(*ELEMENTWISE_OPS)
 def _elementwise(graph: Graph, node: Node, ins):
+    """Entry i of a table is the output byte for input byte i ^ 0x80 (uint8 inputs and outputs of TFLite files included)."""
+    out = apply_lut(np.asarray(ins[0]).view(np.int8), node_table(graph, node))
+    return [out.view(np.uint8) if graph.tensors[node.outputs[0]].dtype == "uint8" else out]
+
+
+def node_table(graph: Graph, node: Node) -> np.ndarray:
+    """An int8 elementwise node's table: the one the source fixed (`lut`, e.g. TFLM's), else Kiln's own."""
+    if "lut" in node.attrs:
+        return np.asarray(node.attrs["lut"], np.int8)
     (in_scale, in_zp), (out_scale, out_zp) = io_params(graph, node)
-    return [apply_lut(ins[0], op_table(node.op, node.attrs, in_scale, in_zp, out_scale, out_zp))]
+    return op_table(node.op, node.attrs, in_scale, in_zp, out_scale, out_zp)
+
+
+@int8_impl("mean")
+def _mean(graph: Graph, node: Node, ins):
+    """TFLite Micro's `QuantizedMeanOrSum`: the sum less count × input zero point, one folded requantization."""
+    (in_scale, in_zp), (out_scale, out_zp) = io_params(graph, node)
+    x = ins[0].astype(np.int64)
+    outer, count, inner = mean_split(x.shape, node.attrs["axes"])
+    mult, shift = mean_multiplier(in_scale, out_scale, count)
+    total = wrap_int32(x.reshape(outer, count, inner).sum(axis=1) - in_zp * count)
+    out = to_output(total, mult, shift, out_zp)
+    return [out.reshape(graph.tensors[node.outputs[0]].shape)]
 
 
 @int8_impl("quantize")

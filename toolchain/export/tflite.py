@@ -1,6 +1,6 @@
-"""Write a Kiln quantized graph as a TFLite flatbuffer with the same tensors (each under its Kiln
-name) and parameters, and run it on the TFLite Micro interpreter: an independent witness of the
-int8 arithmetic.
+"""Write a Kiln int8 graph (a quantized, lowered or planned stage) as a TFLite flatbuffer with the
+same tensors (each under its Kiln name) and parameters: to open it in Netron, or to run it on the
+TFLite Micro interpreter as an independent witness of the int8 arithmetic (`kiln export`).
 
 Only what has an exact TFLite form is written; anything else (float ops of float islands,
 hardsigmoid, silu, gelu, split, slice, resize_nearest) raises `NotExportable` with the reason.
@@ -14,12 +14,17 @@ Exactness rules:
   explicit pad would be counted in the divisor) and is refused.
 - Fused activations: ±inf, [0, inf), [0, 6] and [−1, 1] are NONE, RELU, RELU6 and
   RELU_N1_TO_1. Any other range is written as NONE followed by MAXIMUM/MINIMUM with int8
-  constants from the test harness' own model of `CalculateActivationRangeQuantized`: clamping
+  constants from TFLite's `CalculateActivationRangeQuantized` (`activation_range`): clamping
   the saturated int8 result to bounds inside int8 equals clamping the unsaturated one.
 - `clamp` is MAXIMUM/MINIMUM (after an int8→int8 QUANTIZE when its output parameters differ);
   a `concat` input with other parameters than the output is requantized by such a QUANTIZE;
   `pad` is PAD when its value quantizes to the zero point, else PADV2; `global_avg_pool` is
-  AVERAGE_POOL_2D over the whole image (`mean=True` writes MEAN instead).
+  AVERAGE_POOL_2D over the whole image (`mean=True` writes MEAN instead); `mean` is MEAN.
+- Tables: sigmoid, tanh, hardswish and leaky_relu are LOGISTIC, TANH, HARD_SWISH and LEAKY_RELU.
+  A node whose `lut` came from a TFLite file holds exactly what TFLM computes for that builtin;
+  Kiln's own tables round the real function once and can differ from TFLM's fixed point by one
+  step (docs/ir.md). A `clamp` with a `lut` is written as the TFLite builtin whose TFLM table it
+  equals (QUANTIZE, RELU, RELU6), or as MAXIMUM/MINIMUM when it equals that; else it is refused.
 """
 from __future__ import annotations
 
@@ -28,16 +33,16 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from tflite_micro.python.tflite_micro import runtime
 from tflite_micro.tensorflow.lite.micro.compression import model_editor as me
 from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as tfl
 
-from kernel_harness import model_activation_range, round_half_away
 from toolchain.ir.graph import Graph, Node
+from toolchain.numerics import tflm
+from toolchain.numerics.fixedpoint import activation_range, round_half_away
 
 Op = tfl.BuiltinOperator
 Act = tfl.ActivationFunctionType
-TENSOR_TYPES = {"int8": tfl.TensorType.INT8, "int32": tfl.TensorType.INT32, "float32": tfl.TensorType.FLOAT32}
+TENSOR_TYPES = {"int8": tfl.TensorType.INT8, "int32": tfl.TensorType.INT32, "float32": tfl.TensorType.FLOAT32, "uint8": tfl.TensorType.UINT8}
 FUSED = {(-math.inf, math.inf): Act.NONE, (0.0, math.inf): Act.RELU, (0.0, 6.0): Act.RELU6, (-1.0, 1.0): Act.RELU_N1_TO_1}
 ELEMENTWISE = {"sigmoid": Op.LOGISTIC, "tanh": Op.TANH, "hardswish": Op.HARD_SWISH}
 
@@ -58,37 +63,17 @@ def to_tflite(graph: Graph, mean: bool = False) -> Exported:
     """The graph as a .tflite flatbuffer (raises `NotExportable`); `mean` writes global_avg_pool as MEAN."""
     ex = _Exporter(graph, mean)
     for node in graph.nodes:
+        if "kernel" in node.attrs:
+            raise NotExportable(f"{node.op} {node.name!r} is lowered (parameters folded); export quantized.kir, the int8 graph before lowering")
         handler = _HANDLERS.get(node.op)
         if handler is None:
             raise NotExportable(f"{node.op} {node.name!r}: no TFLite counterpart in this exporter")
-        if node.op not in ("quantize", "dequantize") and graph.tensors[node.inputs[0]].dtype != "int8":
+        if node.op not in ("quantize", "dequantize") and graph.tensors[node.inputs[0]].dtype not in ("int8", "uint8"):
             raise NotExportable(f"{node.op} {node.name!r}: float op (float islands are not compared)")
         handler(ex, node)
     sg = me.Subgraph(operators=ex.ops, inputs=[ex.tensor(n) for n in graph.inputs], outputs=[ex.tensor(n) for n in graph.outputs])
     model = bytes(me.Model(subgraphs=[sg]).build())
     return Exported(model, {name: t.index for name, t in ex.tensors.items()})
-
-
-class Tflm:
-    """A TFLite Micro interpreter over an exported graph that keeps every tensor for inspection."""
-
-    def __init__(self, exported: Exported, graph: Graph) -> None:
-        self.interpreter = runtime.Interpreter.from_bytes(
-            exported.model, arena_size=(1 << 22) + 10 * len(exported.model), intrepreter_config=runtime.InterpreterConfig.kPreserveAllTensors
-        )
-        self.graph = graph
-        self.index = exported.tensors
-
-    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run on one array per graph input; returns every non-constant Kiln tensor's value by name."""
-        for i, name in enumerate(self.graph.inputs):
-            self.interpreter.set_input(np.ascontiguousarray(feeds[name]), i)
-        self.interpreter.invoke()
-        return {
-            name: np.array(self.interpreter.GetTensor(index, 0)["tensor_data"])
-            for name, index in self.index.items()
-            if not self.graph.tensors[name].is_constant
-        }
 
 
 class _Exporter:
@@ -160,7 +145,7 @@ class _Exporter:
         pre = self.temp(out)
         self.emit(code, inputs, [pre], options, fusedActivationFunction=Act.NONE, **fields)
         q = self.graph.tensors[out].quant
-        self.clamp_to(pre, *model_activation_range(*bounds, q.scale[0], q.zero_point[0]), out)
+        self.clamp_to(pre, *activation_range(*bounds, q.scale[0], q.zero_point[0]), out)
 
     def padding(self, node: Node, kernel: tuple[int, int], fill: int | None) -> tuple[me.Tensor, int]:
         """(input, TFLite padding) equal to Kiln's explicit pads, padding with `fill` first when needed."""
@@ -216,6 +201,11 @@ def _binary(ex: _Exporter, node: Node) -> None:
     ex.with_activation(node, code, [ex.tensor(n) for n in node.inputs], options)
 
 
+def _max_min(ex: _Exporter, node: Node) -> None:
+    code = Op.MAXIMUM if node.op == "maximum" else Op.MINIMUM
+    ex.emit(code, [ex.tensor(n) for n in node.inputs], [ex.tensor(node.outputs[0])])
+
+
 def _pool(ex: _Exporter, node: Node) -> None:
     kh, kw = node.attrs["window"]
     x, padding = ex.padding(node, (kh, kw), -128 if node.op == "max_pool2d" else None)
@@ -262,7 +252,7 @@ def _pad(ex: _Exporter, node: Node) -> None:
     paddings = ex.const(np.array([[pads[i], pads[i + rank]] for i in range(rank)], np.int32))
     x, y = ex.tensor(node.inputs[0]), ex.tensor(node.outputs[0])
     q = ex.graph.tensors[node.outputs[0]].quant
-    fill = min(max(q.zero_point[0] + round_half_away(float(np.float32(node.attrs.get("value", 0.0)) / np.float32(q.scale[0]))), -128), 127)
+    fill = min(max(q.zero_point[0] + int(round_half_away(np.float32(node.attrs.get("value", 0.0)) / np.float32(q.scale[0]))), -128), 127)
     if fill == q.zero_point[0]:  # TFLite's int8 of the value: float32 division, ties away, saturated
         ex.emit(Op.PAD, [x, paddings], [y])
     else:
@@ -283,8 +273,37 @@ def _leaky_relu(ex: _Exporter, node: Node) -> None:
     ex.emit(Op.LEAKY_RELU, [ex.tensor(node.inputs[0])], [ex.tensor(node.outputs[0])], "LeakyReluOptions", alpha=alpha)
 
 
+def _mean(ex: _Exporter, node: Node) -> None:
+    axes = ex.const(np.array(node.attrs["axes"], np.int32))
+    ex.emit(Op.MEAN, [ex.tensor(node.inputs[0]), axes], [ex.tensor(node.outputs[0])], "ReducerOptions", keepDims=bool(node.attrs.get("keepdims", 1)))
+
+
+def _table_builtin(ex: _Exporter, node: Node) -> bool:
+    """A clamp whose `lut` is TFLM's QUANTIZE, RELU or RELU6 table for its parameters: written as that builtin."""
+    (in_s, in_zp), (out_s, out_zp) = (_qp(ex.graph, node.inputs[0]), _qp(ex.graph, node.outputs[0]))
+    lut = np.asarray(node.attrs["lut"], np.int8)
+    types = ex.graph.tensors[node.inputs[0]].dtype, ex.graph.tensors[node.outputs[0]].dtype
+    candidates = [(Op.QUANTIZE, tflm.requantize_table(in_s, in_zp, out_s, out_zp, *types))]
+    if types == ("int8", "int8"):
+        candidates += [(Op.RELU, tflm.relu_table(in_s, in_zp, out_s, out_zp)), (Op.RELU6, tflm.relu6_table(in_s, in_zp))]
+    for code, table in candidates:
+        if np.array_equal(table, lut):
+            ex.emit(code, [ex.tensor(node.inputs[0])], [ex.tensor(node.outputs[0])])
+            return True
+    return False
+
+
+def _qp(graph: Graph, name: str) -> tuple[float, int]:
+    q = graph.tensors[name].quant
+    return q.scale[0], q.zero_point[0]
+
+
 def _clamp(ex: _Exporter, node: Node) -> None:
+    if "lut" in node.attrs and _table_builtin(ex, node):
+        return
     src, out = node.inputs[0], node.outputs[0]
+    if "uint8" in (ex.graph.tensors[src].dtype, ex.graph.tensors[out].dtype):
+        raise NotExportable(f"clamp {node.name!r}: a uint8 table that is no TFLite QUANTIZE")
     x = ex.tensor(src)
     q_in, q_out = ex.graph.tensors[src].quant, ex.graph.tensors[out].quant
     if q_in != q_out:
@@ -292,7 +311,12 @@ def _clamp(ex: _Exporter, node: Node) -> None:
         ex.emit(Op.QUANTIZE, [x], [moved])
         x = moved
     bounds = (float(node.attrs.get("act_min", -math.inf)), float(node.attrs.get("act_max", math.inf)))
-    ex.clamp_to(x, *model_activation_range(*bounds, q_out.scale[0], q_out.zero_point[0]), out)
+    lo, hi = activation_range(*bounds, q_out.scale[0], q_out.zero_point[0])
+    if "lut" in node.attrs:
+        steps = tflm.requantize_table(q_in.scale[0], q_in.zero_point[0], q_out.scale[0], q_out.zero_point[0])
+        if not np.array_equal(np.minimum(np.maximum(steps, lo), hi), np.asarray(node.attrs["lut"], np.int8)):
+            raise NotExportable(f"clamp {node.name!r}: its table has no exact TFLite form")
+    ex.clamp_to(x, lo, hi, out)
 
 
 def _boundary(ex: _Exporter, node: Node) -> None:
@@ -307,6 +331,8 @@ _HANDLERS: dict[str, Callable[[_Exporter, Node], None]] = {
     "add": _binary,
     "sub": _binary,
     "mul": _binary,
+    "maximum": _max_min,
+    "minimum": _max_min,
     "max_pool2d": _pool,
     "avg_pool2d": _pool,
     "global_avg_pool": _global_avg_pool,
@@ -322,4 +348,5 @@ _HANDLERS: dict[str, Callable[[_Exporter, Node], None]] = {
     "clamp": _clamp,
     "quantize": _boundary,
     "dequantize": _boundary,
+    "mean": _mean,
 }
