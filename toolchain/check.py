@@ -30,7 +30,7 @@ def model_calibration(build: Path, model_dir: Path | None) -> dict[str, np.ndarr
 
         cfg = config.load(model_dir / "model.toml")
         if cfg["quant"]["mode"] != "none":
-            return load_calibration(load(build / "normalized.kir"), cfg["quant"], model_dir, npz)
+            return load_calibration(load(build / "normalized.kir", "normalized"), cfg["quant"], model_dir, npz)
     return dict(np.load(npz)) if npz.exists() else {}
 
 
@@ -64,7 +64,7 @@ def reference_outputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[lis
 
 def check_model(build: Path, model_dir: Path | None = None) -> dict:
     name = build.name
-    quantized, planned = load(build / "quantized.kir"), load(build / "planned.kir")
+    quantized, planned = load(build / "quantized.kir", "quantized"), load(build / "planned.kir", "planned")
     exe = build / name
     if not exe.exists():
         raise KilnError(f"{exe}: no host program (build it with `scons {name}`)")

@@ -21,7 +21,7 @@ _PLATFORM_OBJECTS: dict[str, list] = {}
 
 def _table_action(target, source, env):
     """Write the firmware's model table from the planned graphs (the sources, in model order)."""
-    graphs = [load(Path(str(s))) for s in source[: len(env["KILN_PREFIXES"])]]
+    graphs = [load(Path(str(s)), "planned") for s in source[: len(env["KILN_PREFIXES"])]]
     models = [cortex_m.firmware_model(p, g) for p, g in zip(env["KILN_PREFIXES"], graphs)]
     Path(str(target[0])).write_text(cortex_m.firmware_table(models))
     return 0

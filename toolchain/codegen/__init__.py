@@ -18,6 +18,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
+from toolchain.codegen.config import identifier_problem, section_problem
 from toolchain.codegen.names import c_identifier, c_text
 from toolchain.errors import KilnError
 from toolchain.ir.graph import Graph, Tensor
@@ -68,6 +69,10 @@ class Call:
 def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
     """Render the C source and header of `graph` for model `model`."""
     _check_model_name(model)
+    for key, problem in (("prefix", identifier_problem), ("weights_section", section_problem)):
+        text = problem(config[key])
+        if text:
+            raise KilnError(f"model {model!r}: codegen.{key}: {text}")
     if bool(config["lz4"]) != bool(graph.meta.get("lz4", 0)):
         raise KilnError(f"model {model!r}: codegen.lz4 is {config['lz4']} but the graph was planned "
                         f"{'with' if graph.meta.get('lz4') else 'without'} it; re-run the plan stage")

@@ -78,7 +78,7 @@ class ModelReport:
 
 def gather(build: Path, model_dir: Path | None, samples: int) -> ModelReport:
     """The report of the model built in `build` (`model_dir`: its folder, for calibration files)."""
-    planned, normalized, quantized = (load(build / f"{a}.kir") for a in ("planned", "normalized", "quantized"))
+    planned, normalized, quantized = (load(build / f"{a}.kir", a) for a in ("planned", "normalized", "quantized"))
     rows = seeded_inputs(normalized, model_calibration(build, model_dir), count=samples)
     rep = report(normalized, quantized, {n: np.stack([r[i] for r in rows]) for i, n in enumerate(normalized.inputs)})
     sqnr = {n: e["sqnr_db"] for n, e in rep["tensors"].items()}
