@@ -102,6 +102,15 @@ def _input_spec(spec: Any, where: str) -> dict[str, Any]:
     return {"shape": shape, "dtype": dtype}
 
 
+def check_model_name(name: str, where: str) -> None:
+    """A model's name (its folder's) names files, an `#include` line and build folders: printable ASCII without
+    quotes, slashes, backslashes or '?' (a trigraph), and never '.' or '..'; anything else works, spaces and
+    shell characters included (no stage or compiler command goes through a shell unquoted)."""
+    if not name or name in (".", "..") or any(not (" " <= ch <= "~") or ch in '"\\/?' for ch in name):
+        raise KilnError(f"{where}: model name {name!r}: use printable ASCII without quotes, slashes, backslashes "
+                        "or '?' (it names the generated files and the build folder)")
+
+
 def canonical(view: dict[str, Any]) -> str:
     """The one text of a config view: sorted keys, no whitespace variation."""
     return json.dumps(view, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

@@ -19,6 +19,7 @@ import jinja2
 import numpy as np
 
 from toolchain.codegen.config import identifier_problem, section_problem
+from toolchain.config import check_model_name
 from toolchain.codegen.names import c_identifier, c_text
 from toolchain.errors import KilnError
 from toolchain.ir.graph import Graph, Tensor
@@ -68,7 +69,7 @@ class Call:
 
 def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
     """Render the C source and header of `graph` for model `model`."""
-    _check_model_name(model)
+    check_model_name(model, "codegen")
     for key, problem in (("prefix", identifier_problem), ("weights_section", section_problem)):
         text = problem(config[key])
         if text:
@@ -97,13 +98,6 @@ def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
     header = _ENV.get_template("model.h.j2").render(ctx)
     source = _ENV.get_template("model.c.j2").render(ctx, header=f"{model}.h")
     return {f"{model}.c": source.encode(), f"{model}.h": header.encode()}
-
-
-def _check_model_name(model: str) -> None:
-    """The model name becomes file names and an #include line: printable ASCII without quotes, slashes or '?'."""
-    if not model or any(not (" " <= ch <= "~") or ch in '"\\/?' for ch in model):
-        raise KilnError(f"model name {model!r}: use printable ASCII without quotes, slashes, backslashes or '?' "
-                        "(it names the generated files)")
 
 
 def _constants(graph: Graph) -> tuple[list[Constant], dict[str, str]]:
