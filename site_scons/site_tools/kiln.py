@@ -113,7 +113,7 @@ def kiln_model(env, model_dir: str, build_root: str) -> dict:
         _error(str(exc))
     build = env.Dir(_literal(f"{build_root}/{name}"))
     menv = env.Clone(KILN_MODEL=name, KILN_MODEL_DIR=model_dir_node)
-    _rebuild_changed_targets(menv)
+    rebuild_changed_targets(menv)
     excluded = {str(p) for p in calibration}
     source_files = sorted(
         f for f in folder.rglob("*")
@@ -126,13 +126,13 @@ def kiln_model(env, model_dir: str, build_root: str) -> dict:
     for st in STAGES:
         targets = [build.File("./" + a) for a in st.outputs(name)]
         sources = [build.File("./" + a) for a in st.consumes]
-        # The canonical JSON of the tables: `--debug=explain` shows a config change as the old text
-        # ("no longer a dependency") and the new one ("a new dependency").
-        sources.append(env.Value(model_config.canonical(model_config.view(cfg, st.tables))))
         if st.name == "import":  # the model folder, and the files outside it that model.depends lists
             sources += [env.fs.File(str(f)) for f in source_files + depends]
         if "quant" in st.tables:
             sources += [env.fs.File(str(p)) for p in calibration]
+        # The canonical JSON of the tables: `--debug=explain` shows a config change as the old text
+        # ("no longer a dependency") and the new one ("a new dependency").
+        sources.append(env.Value(model_config.canonical(model_config.view(cfg, st.tables))))
         nodes = getattr(menv, f"KilnStage_{st.name}")(targets, sources)
         menv.Depends(nodes, [env.fs.File(str(f)) for f in st.source_files(TOOLCHAIN_ROOT)])
         # Stages replace their outputs atomically, so SCons need not delete them first: a killed stage
@@ -160,33 +160,38 @@ def _calibration_files(folder: Path, cfg: dict, toml: Path) -> list[Path]:
     return sorted(set(files))
 
 
-def _rebuild_changed_targets(env) -> None:
-    """Rebuild a target whose content no longer matches what the build recorded when it wrote it.
+def rebuild_changed_targets(env) -> None:
+    """Make `env`'s targets rebuild when their file no longer holds what the build recorded writing.
 
-    SCons decides from a target's dependencies only, so a corrupted or
-    replaced artifact would be trusted (and fed to the next stage) until
-    deleted by hand. The decider SCons asks about each dependency also
-    compares the target's own content signature with its `.sconsign` record.
+    SCons decides from a target's dependencies only, so an artifact
+    corrupted or replaced in place would be trusted (and fed to the next
+    stage) until deleted by hand. The decider SCons asks about a target's
+    first dependency also compares the target's own content signature with
+    its `.sconsign` record. (The signatures are only right once SCons has
+    read its options, so this cannot happen while the SConscripts are read.)
     """
     def wrap(decide):
         def decider(dependency, target, prev_ni, repo_node=None) -> bool:
-            return decide(dependency, target, prev_ni, repo_node) | _changed_in_place(target)
+            changed = decide(dependency, target, prev_ni, repo_node)
+            return (dependency is target.children()[0] and _changed_in_place(target)) or changed
         return decider
 
     env.decide_source, env.decide_target = wrap(env.decide_source), wrap(env.decide_target)
 
 
-_IN_PLACE: dict[str, bool] = {}
+_REPORTED: set[str] = set()
 
 
 def _changed_in_place(target) -> bool:
-    key = target.get_internal_path()
-    if key not in _IN_PLACE:
-        recorded = getattr(target.get_stored_info().ninfo, "csig", None)
-        _IN_PLACE[key] = bool(recorded) and target.exists() and target.get_csig() != recorded
-        if _IN_PLACE[key]:
-            print(f"kiln: {key} changed since the build wrote it; rebuilding it", file=sys.stderr)
-    return _IN_PLACE[key]
+    if target.get_state() == SCons.Node.executed or not target.exists():
+        return False  # rebuilt in this run (or absent): nothing to distrust
+    recorded = getattr(target.get_stored_info().ninfo, "csig", None)
+    if not recorded or target.get_csig() == recorded:
+        return False
+    if target.get_internal_path() not in _REPORTED:
+        _REPORTED.add(target.get_internal_path())
+        print(f"kiln: {target} changed since the build wrote it; rebuilding it", file=sys.stderr)
+    return True
 
 
 def kiln_program(env, target, models: list[dict], build_root: str):
