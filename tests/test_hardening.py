@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from conftest import ROOT
 from onnx_models import make_model
 from toolchain import config as model_config
 from toolchain.codegen import generate
@@ -85,6 +84,21 @@ def test_prefix_must_be_a_c_identifier(value):
     raises_one_line(lambda: model_config.validate({"codegen": {"prefix": value}}, "model.toml"), "codegen.prefix")
 
 
+def test_kiln_new_cannot_be_made_to_write_config_by_a_model_file(tmp_path):
+    """An ONNX input (or free dimension) name that would start a line of its own in the new model.toml."""
+    evil = 'x]\n[codegen]\nweights_section = "evil"\n#'
+    model = _relu_model([1, 8])
+    model.graph.input[0].name = model.graph.node[0].input[0] = evil
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n\n[plan]\nalignment = 64\n#"
+    onnx.save(model, tmp_path / "net.onnx")
+    proc = kiln("new", "net", "--from", str(tmp_path / "net.onnx"), "--models-dir", str(tmp_path / "models"))
+    assert proc.returncode == 0, proc.stderr
+    cfg = model_config.load(tmp_path / "models/net/model.toml")
+    assert cfg == model_config.validate({"model": {"source": "model.onnx"}}, "x")  # every line it added is a comment
+    with pytest.raises(KilnError, match="control character"):
+        model_config.validate({"inputs": {evil: {"shape": [1, 8]}}}, "model.toml")
+
+
 # -- 5. a model source outside its folder -------------------------------------------------------
 @pytest.mark.parametrize("source", ["../shared/m.py", "/abs/shared/m.py", "sub/../../m.py"])
 def test_a_source_outside_the_model_folder_is_refused_with_the_alternative(source):
@@ -111,8 +125,8 @@ def test_nan_has_no_int8_value():
 
 
 @pytest.fixture(scope="module")
-def float_samples(tmp_path_factory):
-    """A compiled tiny_cnn and writers of sample files for `kiln run`."""
+def samples_dir(tmp_path_factory):
+    """A folder for the sample files given to `kiln run`."""
     return tmp_path_factory.mktemp("samples")
 
 
@@ -136,41 +150,41 @@ def _npy(folder: Path, name: str, array: np.ndarray) -> Path:
     ("str", lambda s: np.full(s, "a"), ("'image'",)),
     ("empty", lambda s: np.zeros((0, *s), np.float32), ("no samples",)),
 ])
-def test_kiln_run_refuses_samples_without_int8_values(compiled, float_samples, case, make, needles):
+def test_kiln_run_refuses_samples_without_int8_values(compiled, samples_dir, case, make, needles):
     out = compiled("tiny_cnn")
     shape = load(out / "planned.kir").tensors["image"].shape
-    path = _npy(float_samples, f"{case}.npy", make(shape))
-    one_line_error(kiln("run", str(out), "--input", str(path), "--output", str(float_samples / f"{case}_out.npy")),
+    path = _npy(samples_dir, f"{case}.npy", make(shape))
+    one_line_error(kiln("run", str(out), "--input", str(path), "--output", str(samples_dir / f"{case}_out.npy")),
                    str(path), *needles)
-    assert not (float_samples / f"{case}_out.npy").exists()
+    assert not (samples_dir / f"{case}_out.npy").exists()
 
 
-def test_kiln_run_saturates_infinite_inputs(compiled, float_samples):
+def test_kiln_run_saturates_infinite_inputs(compiled, samples_dir):
     out = compiled("tiny_cnn")
     graph = load(out / "planned.kir")
     x = graph.tensors["image"]
     big = np.where(np.indices(x.shape).sum(0) % 2 == 0, -np.inf, np.inf).astype(np.float32)
     ends = np.where(np.indices(x.shape).sum(0) % 2 == 0, -128, 127).astype(np.int8)
-    raw_in = _npy(float_samples, "ends.npy", ends)
-    inf_in = _npy(float_samples, "inf.npy", big)
-    proc = kiln("run", str(out), "--input", str(inf_in), "--output", str(float_samples / "inf_out.npy"), "--raw")
+    raw_in = _npy(samples_dir, "ends.npy", ends)
+    inf_in = _npy(samples_dir, "inf.npy", big)
+    proc = kiln("run", str(out), "--input", str(inf_in), "--output", str(samples_dir / "inf_out.npy"), "--raw")
     one_line_error(proc, str(inf_in), "--raw", "int8")
     for args in ((inf_in, "inf_out.npy"), (raw_in, "ends_out.npy", "--raw")):
-        proc = kiln("run", str(out), "--input", str(args[0]), "--output", str(float_samples / args[1]), *args[2:])
+        proc = kiln("run", str(out), "--input", str(args[0]), "--output", str(samples_dir / args[1]), *args[2:])
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     # +-inf quantize to the int8 ends: the float run equals the raw run on the ends, dequantized.
-    raw = np.load(float_samples / "ends_out.npy")
+    raw = np.load(samples_dir / "ends_out.npy")
     q = graph.tensors[graph.outputs[0]].quant
     want = (np.float64(q.scale[0]) * (raw.astype(np.int64) - q.zero_point[0])).astype(np.float32)
-    assert np.array_equal(np.load(float_samples / "inf_out.npy"), want)
+    assert np.array_equal(np.load(samples_dir / "inf_out.npy"), want)
 
 
-def test_raw_run_demands_int8_data(compiled, float_samples):
+def test_raw_run_demands_int8_data(compiled, samples_dir):
     out = compiled("tiny_cnn")
     shape = load(out / "planned.kir").tensors["image"].shape
     for dtype in (np.float32, np.int16, np.uint8):
-        path = _npy(float_samples, f"raw_{np.dtype(dtype).name}.npy", np.zeros(shape, dtype))
-        one_line_error(kiln("run", str(out), "--input", str(path), "--output", str(float_samples / "raw_out.npy"), "--raw"),
+        path = _npy(samples_dir, f"raw_{np.dtype(dtype).name}.npy", np.zeros(shape, dtype))
+        one_line_error(kiln("run", str(out), "--input", str(path), "--output", str(samples_dir / "raw_out.npy"), "--raw"),
                        str(path), "int8", np.dtype(dtype).name)
 
 
@@ -182,8 +196,6 @@ def _duplicate_first(data: bytes, suffix: str, content: bytes) -> bytes:
         infos = src.infolist()
         target = next(i.filename for i in infos if i.filename.endswith(suffix))
         with zipfile.ZipFile(out, "w") as dst:
-            import warnings
-
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # zipfile warns about the duplicate name: that is the payload
                 dst.writestr(target, content)

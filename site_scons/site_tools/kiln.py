@@ -22,15 +22,12 @@ reads it without writing anything to it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import secrets
 import shlex
 import stat
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import SCons.Action
@@ -40,6 +37,7 @@ import SCons.Errors
 import SCons.Node
 import SCons.Node.Alias
 import SCons.Script
+import SCons.Subst
 import SCons.Util
 import SCons.Warnings
 
@@ -50,6 +48,7 @@ if str(KILN_ROOT) not in sys.path:
     sys.path.insert(0, str(KILN_ROOT))
 
 from toolchain import config as model_config  # noqa: E402
+from toolchain.buildcache import HMAC_KEY_ENV, Entry, entry_bytes, parse_entry, read_regular  # noqa: E402
 from toolchain.codegen.names import c_identifier  # noqa: E402
 from toolchain.errors import KilnError  # noqa: E402
 from toolchain.frontends.config import depends_files  # noqa: E402
@@ -244,69 +243,6 @@ def kiln_runtime_objects(env, build_root: str, harness: bool = True) -> list:
 _RUNTIME_OBJECTS: dict[str, list] = {}
 
 # -- the shared build cache ------------------------------------------------
-ENTRY_MAGIC = b"kiln-cache 2\n"
-HMAC_KEY_ENV = "KILN_CACHE_HMAC_KEY"
-
-
-@dataclass(frozen=True)
-class Entry:
-    data: bytes
-    mode: int  # the permission bits of the file the entry was made from
-
-
-def entry_bytes(key: str, data: bytes, mode: int, secret: bytes | None) -> bytes:
-    """An entry: a header binding the content to its key (the target's build signature), then the content.
-
-    The header holds the key, the content's SHA-256 and its mode, and, for a
-    cache shared with less-trusted writers, an HMAC of those under a secret
-    they do not have.
-    """
-    fields = f"key {key}\nsha256 {hashlib.sha256(data).hexdigest()}\nmode {mode & 0o777:o}\n".encode()
-    mac = hmac.new(secret, fields, "sha256").hexdigest().encode() if secret else b"-"
-    return ENTRY_MAGIC + fields + b"hmac " + mac + b"\n\n" + data
-
-
-def parse_entry(raw: bytes, key: str, secret: bytes | None) -> Entry | str:
-    """The entry in `raw` if it is bound to `key` and intact (and signed with `secret`, when given), else why not."""
-    if not raw.startswith(ENTRY_MAGIC):
-        return "no Kiln entry header"
-    head, sep, data = raw[len(ENTRY_MAGIC):].partition(b"\n\n")
-    lines = head.split(b"\n")
-    names = [line.partition(b" ")[0] for line in lines]
-    if not sep or names != [b"key", b"sha256", b"mode", b"hmac"]:
-        return "malformed entry header"
-    values = [line.partition(b" ")[2].decode("ascii", "replace") for line in lines]
-    if values[0] != key:
-        return "it is bound to another key"
-    if values[1] != hashlib.sha256(data).hexdigest():
-        return "content hash mismatch"
-    if secret is not None:
-        fields = b"".join(line + b"\n" for line in lines[:3])
-        if not hmac.compare_digest(values[3], hmac.new(secret, fields, "sha256").hexdigest()):
-            return f"its HMAC does not match ${HMAC_KEY_ENV}"
-    try:
-        mode = int(values[2], 8)
-    except ValueError:
-        return "malformed entry header"
-    return Entry(data, mode & 0o777)
-
-
-def read_regular(path: str) -> bytes | str | None:
-    """The bytes of regular file `path` (None when absent; the reason when it is a symlink or no regular file).
-    The last component is never followed, and opening never blocks (a FIFO)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return "a symlink" if os.path.islink(path) else f"unreadable ({exc.strerror})"
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return "not a regular file"
-        return f.read()
-
-
 class VerifiedCacheDir(SCons.CacheDir.CacheDir):
     """SCons's CacheDir, with entries bound to their key and verified on every retrieval.
 
@@ -468,7 +404,7 @@ def generate(env) -> None:
     _add_cache_options()
     _use_cache(env)
     env.PrependENVPath("PYTHONPATH", str(KILN_ROOT))
-    env.SetDefault(KILN_PYTHON=sys.executable)
+    env.SetDefault(KILN_PYTHON=SCons.Subst.Literal(sys.executable))  # one argument, quoted, whatever its path
     env["ESCAPE"] = shlex.quote  # SCons's POSIX quoting leaves backquotes live inside its double quotes
     for st in STAGES:
         env["BUILDERS"][f"KilnStage_{st.name}"] = SCons.Builder.Builder(action=StageAction(st.name))
