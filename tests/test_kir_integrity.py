@@ -40,14 +40,19 @@ def build(compiled, tmp_path) -> Path:
     return Path(shutil.copytree(compiled("tiny_cnn"), tmp_path / "tiny_cnn"))
 
 
-def test_a_flipped_weight_bit_is_refused(build):
-    path = build / "quantized.kir"
+def flip_a_weight(path: Path) -> None:
+    """Change one int8 weight by one (the probe's 5 -> 4), in place."""
     data = bytearray(path.read_bytes())
     weights = next(t.data for t in load(path).tensors.values() if t.is_constant and t.dtype == "int8" and t.size > 8)
     at = bytes(data).find(weights.tobytes())
     assert at > 0
-    data[at + 3] ^= 0x01  # one weight, off by one: the probe's 5 -> 4
+    data[at + 3] ^= 0x01
     path.write_bytes(bytes(data))
+
+
+def test_a_flipped_weight_bit_is_refused(build):
+    path = build / "quantized.kir"
+    flip_a_weight(path)
     with pytest.raises(KilnError) as err:
         load(path, "quantized")
     one_line(str(err.value), str(path), "checksum", "delete it and rebuild")
@@ -106,10 +111,7 @@ def test_corrupt_and_swapped_artifacts_in_build_are_rebuilt(snapshot, tmp_path):
 
 def test_kiln_check_never_compares_against_a_corrupt_artifact(snapshot, tmp_path):
     repo = clone_snapshot(snapshot, tmp_path / "repo")
-    quantized = repo / "build/host/tiny_cnn/quantized.kir"
-    data = bytearray(quantized.read_bytes())
-    data[-200] ^= 0x01
-    quantized.write_bytes(bytes(data))
+    flip_a_weight(repo / "build/host/tiny_cnn/quantized.kir")
     proc = subprocess.run([sys.executable, "-m", "toolchain", "check", "build/host"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 1 and "bit-exact" not in proc.stdout, proc.stdout
     one_line(proc.stderr, "kiln: error: build/host/tiny_cnn/quantized.kir: corrupt .kir file")
