@@ -28,7 +28,10 @@ INTRO = """\
 A model folder `models/<name>/` holds a `model.toml`: which source to
 compile and how. Every table and key is optional; a missing key takes its
 default. An unknown table or key is an error that names the file and the
-closest known key.
+closest known key. Values are checked where they are read, never pasted
+blindly: no string holds a control character, `codegen.prefix` is a C
+identifier, `codegen.weights_section` a plain section name, and
+`model.source` a path inside the model folder.
 
 Each table is part of the build signature of the stages that read it: a
 change to one of its keys reruns those stages for that model (and what

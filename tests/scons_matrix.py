@@ -69,7 +69,8 @@ def parse_actions(log: str) -> tuple[set[str], list[str]]:
 
 def run_scons(repo: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> tuple[set[str], str, int]:
     """Run `scons -Q` in `repo`; returns its actions, its log and its exit status."""
-    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", *args], cwd=repo, capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", *args], cwd=repo, capture_output=True, text=True, env=env,
+                          timeout=900)  # a build that blocks (say, on a planted FIFO) fails instead of hanging the suite
     log = proc.stdout + proc.stderr
     if check and proc.returncode != 0:
         raise AssertionError(f"scons {' '.join(args)} failed ({proc.returncode}):\n{log}")

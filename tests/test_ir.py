@@ -4,6 +4,7 @@ import pytest
 
 from toolchain.errors import KilnError
 from toolchain.ir import Graph, Node, QuantParams, Tensor, dumps, loads
+from toolchain.ir.fb import Kir as FbKir
 from toolchain.ir.serialize import FILE_IDENTIFIER, SCHEMA_VERSION
 from toolchain.ir.verify import VerifyError, verify
 
@@ -44,10 +45,11 @@ def test_bytes_are_canonical():
     assert dumps(g) == dumps(shuffled) == dumps(loads(dumps(g)))
 
 
-def test_file_identifier_and_version_are_written():
-    buf = dumps(small_graph())
-    assert buf[8:12] == FILE_IDENTIFIER
-    assert loads(buf) is not None and SCHEMA_VERSION == 1
+def test_file_identifier_version_and_level_are_written():
+    buf = dumps(small_graph(), "lowered")
+    assert buf[8:12] == FILE_IDENTIFIER and SCHEMA_VERSION == 2
+    root = FbKir.Kir.GetRootAs(buf, 4)
+    assert (root.SchemaVersion(), root.Level()) == (2, 4) and loads(buf, level="lowered") is not None
 
 
 @pytest.mark.parametrize("cut", [1, 20, 100])
@@ -64,17 +66,16 @@ def test_foreign_file_is_a_clear_error():
         loads(b"KIR", "tiny.kir")
 
 
-def test_wrong_schema_version_is_refused():
+@pytest.mark.parametrize("version", [1, SCHEMA_VERSION + 1])
+def test_other_schema_versions_are_refused(version):
     import flatbuffers
 
-    from toolchain.ir.fb import Graph as FbGraph
-
     b = flatbuffers.Builder(64)
-    FbGraph.Start(b)
-    FbGraph.AddSchemaVersion(b, SCHEMA_VERSION + 1)
-    b.FinishSizePrefixed(FbGraph.End(b), FILE_IDENTIFIER)
-    with pytest.raises(KilnError, match="schema version"):
-        loads(bytes(b.Output()), "future.kir")
+    FbKir.Start(b)
+    FbKir.AddSchemaVersion(b, version)  # version 1 files had a Graph root whose first field was the version
+    b.FinishSizePrefixed(FbKir.End(b), FILE_IDENTIFIER)
+    with pytest.raises(KilnError, match=f"other.kir: .kir schema version {version}, this Kiln reads version {SCHEMA_VERSION}"):
+        loads(bytes(b.Output()), "other.kir")
 
 
 def test_copy_never_shares_mutable_structure():

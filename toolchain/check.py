@@ -73,7 +73,7 @@ def check_model(build: Path) -> dict:
     row = {"model": name, "samples": 0, "bit_exact": 0, "stale": staleness(build)}
     if row["stale"]:
         return row
-    quantized, planned = load(build / "quantized.kir"), load(build / "planned.kir")
+    quantized, planned = load(build / "quantized.kir", "quantized"), load(build / "planned.kir", "planned")
     kept = load_samples(build)
     samples = quantize_inputs(quantized, seeded_inputs(quantized, kept.inputs))
     got = host.run_executable(build / name, planned, samples)

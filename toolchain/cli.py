@@ -157,16 +157,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from toolchain import host
     from toolchain.ir import load
-    from toolchain.runio import dequantize_outputs, quantize_inputs, read_samples, write_samples
+    from toolchain.runio import check_values, dequantize_outputs, quantize_inputs, read_samples, write_samples
 
     planned = args.outdir / "planned.kir"
-    graph = load(planned)
+    graph = load(planned, "planned")
     source = args.outdir / f"{graph.name}.c"
     if not source.exists():
         raise KilnError(f"{args.outdir}: no generated C source {source.name} (run `kiln compile` first)")
-    exe = host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], args.outdir / "host_model")
     samples, stacked = read_samples(args.input, graph)
+    check_values(args.input, graph, samples, args.raw)
     raw = samples if args.raw else quantize_inputs(graph, samples)
+    exe = host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], args.outdir / "host_model")
     outs = host.run_executable(exe, graph, raw)
     write_samples(args.output, graph, outs if args.raw else dequantize_outputs(graph, outs), stacked)
     return 0
@@ -180,7 +181,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     if args.samples < 1:
         raise KilnError(f"--samples must be at least 1, got {args.samples}")
-    normalized, quantized = load(args.outdir / "normalized.kir"), load(args.outdir / "quantized.kir")
+    normalized, quantized = load(args.outdir / "normalized.kir", "normalized"), load(args.outdir / "quantized.kir", "quantized")
     samples, described = report_inputs(normalized, load_samples(args.outdir), args.samples)
     rep = report(normalized, quantized, samples, described)
     print(format_report(rep))

@@ -33,6 +33,9 @@ class Key:
         if not ok:
             names = " or ".join(t.__name__ for t in types)
             raise KilnError(f"{where}: expected {names}, got {type(value).__name__} {value!r}")
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and has_control_character(text):
+                raise KilnError(f"{where}: {text!r} holds a control character")
         problem = self.check(value) if self.check else None
         if problem:
             raise KilnError(f"{where}: {problem}")
@@ -76,7 +79,7 @@ def validate(raw: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     for table, keys in schema.items():
         given = raw.get(table, {})
         if table == "inputs":  # free-form: input name -> {shape, dtype}
-            out[table] = {name: _input_spec(spec, f"{where}: inputs.{name}") for name, spec in given.items()}
+            out[table] = {_input_name(name, where): _input_spec(spec, f"{where}: inputs.{name}") for name, spec in given.items()}
             continue
         for name in given:
             if name not in keys:
@@ -84,6 +87,18 @@ def validate(raw: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
                 raise KilnError(f"{where}: unknown key '{table}.{name}'{suggest(f'{table}.{name}', known)}")
         out[table] = {name: key.validate(given[name], f"{where}: {table}.{name}") if name in given else key.default for name, key in keys.items()}
     return out
+
+
+def has_control_character(text: str) -> bool:
+    """No model.toml string needs one, and one would split the one-line messages that quote it."""
+    return any(ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0 for ch in text)
+
+
+def _input_name(name: str, where: str) -> str:
+    """Input names match the model's own: any text without control characters (quoted in TOML when needed)."""
+    if not name or has_control_character(name):
+        raise KilnError(f"{where}: inputs: input name {name!r} is empty or holds a control character")
+    return name
 
 
 def _input_spec(spec: Any, where: str) -> dict[str, Any]:
@@ -100,6 +115,15 @@ def _input_spec(spec: Any, where: str) -> dict[str, Any]:
     if dtype != "float32":
         raise KilnError(f"{where}.dtype: only 'float32' model inputs are supported, got {dtype!r}")
     return {"shape": shape, "dtype": dtype}
+
+
+def check_model_name(name: str, where: str) -> None:
+    """A model's name (its folder's) names files, an `#include` line and build folders: printable ASCII without
+    quotes, slashes, backslashes or '?' (a trigraph), and never '.' or '..'; anything else works, spaces and
+    shell characters included (no stage or compiler command goes through a shell unquoted)."""
+    if not name or name in (".", "..") or any(not (" " <= ch <= "~") or ch in '"\\/?' for ch in name):
+        raise KilnError(f"{where}: model name {name!r}: use printable ASCII without quotes, slashes, backslashes "
+                        "or '?' (it names the generated files and the build folder)")
 
 
 def canonical(view: dict[str, Any]) -> str:

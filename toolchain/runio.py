@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from toolchain.errors import KilnError
-from toolchain.ir.graph import Graph
+from toolchain.ir.graph import DTYPES, Graph
 from toolchain.ir.serialize import write_atomic
 from toolchain.quantize.scheme import dequantize_array, quantize_array
 
@@ -48,6 +48,25 @@ def read_samples(path: Path, graph: Graph) -> tuple[list[list[np.ndarray]], bool
     return [[a[i] for a in per_input] for i in range(counts.pop())], bool(stacked)
 
 
+def check_values(path: Path, graph: Graph, samples: list[list[np.ndarray]], raw: bool) -> None:
+    """Refuse samples that have no faithful int8 (or raw) value: none at all, non-real dtypes, NaN, and,
+    with `raw`, any dtype but the input's own (a float file would be cast silently)."""
+    if not samples:
+        raise KilnError(f"{path}: no samples (the file holds N=0)")
+    for index, name in enumerate(graph.inputs):
+        want = graph.tensors[name].dtype
+        got = np.asarray(samples[0][index]).dtype
+        if raw and got != DTYPES[want]:
+            raise KilnError(f"{path}: input {name!r} holds {got} data; --raw feeds the model's {want} tensor as it is, "
+                            f"so give {want} data (or drop --raw to quantize float samples)")
+        if not raw and got.kind not in "fiu":
+            raise KilnError(f"{path}: input {name!r} holds {got} data; give real numbers (float or integer samples)")
+        if not raw and want == "int8" and got.kind == "f":
+            for i, sample in enumerate(samples):
+                if np.isnan(sample[index]).any():
+                    raise KilnError(f"{path}: input {name!r}, sample {i}: NaN has no int8 value")
+
+
 def quantize_inputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
     """Float samples into the int8 inputs the model takes (TFLite rounding: half away from zero)."""
     out = []
@@ -58,7 +77,7 @@ def quantize_inputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[list[
             if t.dtype == "float32":
                 row.append(np.asarray(a, np.float32))
                 continue
-            row.append(quantize_array(a, t.quant, t.dtype))
+            row.append(quantize_array(a, t.quant, t.dtype, f"input {name!r}"))
         out.append(row)
     return out
 

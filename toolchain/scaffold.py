@@ -77,9 +77,19 @@ def _inputs_section(inputs: list[tuple[str, list[Any]]]) -> list[str]:
     lines = ["# One table per model input: its shape (static, batch included) and dtype (float32).",
              "# Needed when the source leaves a dimension free; otherwise it must agree with the source."]
     for input_name, dims in inputs or [("NAME", ["..."])]:
-        key = input_name if re.fullmatch(r"[A-Za-z0-9_-]+", input_name) else json.dumps(input_name)
-        lines += [f"# [inputs.{key}]", f"# shape = [{', '.join(map(str, dims))}]"]
+        shown = [d if isinstance(d, int) else re.sub(r"[^A-Za-z0-9_.?]", "_", d) for d in dims]
+        lines += [f"# [inputs.{_toml_key(input_name)}]", f"# shape = [{', '.join(map(str, shown))}]"]
     return lines
+
+
+def _toml_key(name: str) -> str:
+    """`name` as a TOML key: bare when it can be, else a quoted string with every control character
+    escaped (a name from a model file must not start a line of its own in model.toml)."""
+    if re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        return name
+    escaped = "".join(f"\\u{ord(ch):04X}" if ord(ch) < 32 or ord(ch) == 0x7F else "\\" + ch if ch in '"\\' else ch
+                      for ch in name)
+    return f'"{escaped}"'
 
 
 def _onnx_model(source: Path):

@@ -134,7 +134,17 @@ def stage(name: str) -> Stage:
 
 # -- adapters: artifact I/O around each stage's pure function ---------------
 def _graph(job: StageRun, artifact: str):
-    return serialize.load(job.inputs[artifact])
+    """The input graph `artifact`, checked: a corrupt file, or one of another level, is refused in one line."""
+    return serialize.load(job.inputs[artifact], level=_level(artifact))
+
+
+def _kir(graph, artifact: str) -> bytes:
+    return serialize.dumps(graph, level=_level(artifact))
+
+
+def _level(artifact: str) -> str:
+    """A .kir artifact's level is its name: `quantized.kir` holds a quantized graph."""
+    return Path(artifact).stem
 
 
 def run_import(job: StageRun) -> dict[str, bytes]:
@@ -146,13 +156,13 @@ def run_import(job: StageRun) -> dict[str, bytes]:
     imported = import_model(source, job.model, job.config["inputs"], tuple(depends))
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v, np.float32) for k, v in sorted(imported.calibration.items())})
-    return {"imported.kir": serialize.dumps(imported.graph), "calibration.npz": buf.getvalue()}
+    return {"imported.kir": _kir(imported.graph, "imported.kir"), "calibration.npz": buf.getvalue()}
 
 
 def run_normalize(job: StageRun) -> dict[str, bytes]:
     from toolchain.passes import normalize
 
-    return {"normalized.kir": serialize.dumps(normalize(_graph(job, "imported.kir"), job.config["normalize"]))}
+    return {"normalized.kir": _kir(normalize(_graph(job, "imported.kir"), job.config["normalize"]), "normalized.kir")}
 
 
 def run_quantize(job: StageRun) -> dict[str, bytes]:
@@ -161,21 +171,21 @@ def run_quantize(job: StageRun) -> dict[str, bytes]:
 
     graph, config = _graph(job, "normalized.kir"), job.config["quant"]
     calibration = load_calibration(graph, config, job.model_dir, job.inputs["calibration.npz"])
-    return {"quantized.kir": serialize.dumps(quantize(graph, config, calibration)),
+    return {"quantized.kir": _kir(quantize(graph, config, calibration), "quantized.kir"),
             samples.ARTIFACT: samples.pack(graph, calibration, config)}
 
 
 def run_lower(job: StageRun) -> dict[str, bytes]:
     from toolchain.lower import lower
 
-    return {"lowered.kir": serialize.dumps(lower(_graph(job, "quantized.kir"), job.config["kernels"]))}
+    return {"lowered.kir": _kir(lower(_graph(job, "quantized.kir"), job.config["kernels"]), "lowered.kir")}
 
 
 def run_plan(job: StageRun) -> dict[str, bytes]:
     from toolchain.plan import plan
 
     planned = plan(_graph(job, "lowered.kir"), job.config["plan"], lz4=job.config["codegen"]["lz4"])
-    return {"planned.kir": serialize.dumps(planned)}
+    return {"planned.kir": _kir(planned, "planned.kir")}
 
 
 def run_codegen(job: StageRun) -> dict[str, bytes]:

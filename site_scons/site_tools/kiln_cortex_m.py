@@ -12,7 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import SCons.Action
+import SCons.Subst
 
+from kiln import check_prefixes, target_file
 from toolchain.ir import load
 from toolchain.target import cortex_m
 
@@ -21,7 +23,7 @@ _PLATFORM_OBJECTS: dict[str, list] = {}
 
 def _table_action(target, source, env):
     """Write the firmware's model table from the planned graphs (the sources, in model order)."""
-    graphs = [load(Path(str(s))) for s in source[: len(env["KILN_PREFIXES"])]]
+    graphs = [load(Path(str(s)), "planned") for s in source[: len(env["KILN_PREFIXES"])]]
     models = [cortex_m.firmware_model(p, g) for p, g in zip(env["KILN_PREFIXES"], graphs)]
     Path(str(target[0])).write_text(cortex_m.firmware_table(models))
     return 0
@@ -33,30 +35,36 @@ def kiln_platform_objects(env, build_root: str) -> list:
         objs = []
         for src in cortex_m.platform_sources():
             sub = "_" + src.parent.name
-            objs += env.Object(f"{build_root}/{sub}/{src.stem}", env.File(str(src)), CPPPATH=_includes(env))
+            objs += env.Object(f"{build_root}/{sub}/{src.stem}", env.fs.File(str(src)), CPPPATH=_includes(env))
         _PLATFORM_OBJECTS[build_root] = objs
     return _PLATFORM_OBJECTS[build_root]
 
 
-def kiln_firmware(env, target: str, models: list[dict], build_root: str) -> list:
-    """A firmware image `target`.elf linking `models` (KilnModel results); returns [elf, map]."""
-    prefixes = [m["prefix"] for m in models]
+def kiln_firmware(env, target, models: list[dict], build_root: str) -> list:
+    """A firmware image `target`.elf linking `models` (KilnModel results); returns [elf, map].
+
+    `target` is a File node (safe for any folder name) or a path string, without a suffix.
+    """
+    base = target_file(env, target)
+    prefixes = check_prefixes(models)
     planned = [n for m in models for n in m["stages"]["plan"]]
-    table = env.Command(f"{target}_models.c", planned + [env.Value(" ".join(prefixes))],
+    table = env.Command(base.dir.File(f"./{base.name}_models.c"), planned + [env.Value(" ".join(prefixes))],
                         SCons.Action.Action(_table_action, "kiln table $TARGET"), KILN_PREFIXES=prefixes)
     env.Depends(table, env.File(cortex_m.__file__))
-    table_obj = env.Object(table, CPPPATH=_includes(env))
+    table_obj = env.Object(base.dir.File(f"./{base.name}_models{env.subst('$OBJSUFFIX')}"), table, CPPPATH=_includes(env))
     objs = [m["object"] for m in models] + table_obj + kiln_platform_objects(env, build_root)
-    script = env.File(str(cortex_m.LINKER_SCRIPT))
-    # Node substitutions keep the command line free of absolute paths (cache signatures).
-    image = env.Program([f"{target}.elf", f"{target}.map"], objs, KILN_LDSCRIPT=script, LIBS=cortex_m.LIBS,
-                        LINKFLAGS=cortex_m.LINKFLAGS + ["-T$KILN_LDSCRIPT", "-Wl,-Map=${TARGETS[1]}"])
+    script = env.fs.File(str(cortex_m.LINKER_SCRIPT))
+    elf, map_file = base.dir.File(f"./{base.name}.elf"), base.dir.File(f"./{base.name}.map")
+    # Paths relative to the top folder keep absolute paths out of the cache signature; as literals the
+    # whole flag is quoted (a flag built by substituting a node into text would not be).
+    flags = [SCons.Subst.Literal(f"-T{script.path}"), SCons.Subst.Literal(f"-Wl,-Map={map_file.path}")]
+    image = env.Program([elf, map_file], objs, LIBS=cortex_m.LIBS, LINKFLAGS=cortex_m.LINKFLAGS + flags)
     env.Depends(image, script)
     return image
 
 
 def _includes(env) -> list:
-    return [env.Dir(str(d)) for d in cortex_m.include_dirs()]
+    return [env.fs.Dir(str(d)) for d in cortex_m.include_dirs()]
 
 
 def generate(env) -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
+from toolchain.codegen.config import identifier_problem, section_problem
+from toolchain.config import check_model_name
 from toolchain.codegen.names import c_identifier, c_text
 from toolchain.errors import KilnError
 from toolchain.ir.graph import Graph, Tensor
@@ -67,7 +69,11 @@ class Call:
 
 def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
     """Render the C source and header of `graph` for model `model`."""
-    _check_model_name(model)
+    check_model_name(model, "codegen")
+    for key, problem in (("prefix", identifier_problem), ("weights_section", section_problem)):
+        text = problem(config[key])
+        if text:
+            raise KilnError(f"model {model!r}: codegen.{key}: {text}")
     if bool(config["lz4"]) != bool(graph.meta.get("lz4", 0)):
         raise KilnError(f"model {model!r}: codegen.lz4 is {config['lz4']} but the graph was planned "
                         f"{'with' if graph.meta.get('lz4') else 'without'} it; re-run the plan stage")
@@ -92,13 +98,6 @@ def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
     header = _ENV.get_template("model.h.j2").render(ctx)
     source = _ENV.get_template("model.c.j2").render(ctx, header=f"{model}.h")
     return {f"{model}.c": source.encode(), f"{model}.h": header.encode()}
-
-
-def _check_model_name(model: str) -> None:
-    """The model name becomes file names and an #include line: printable ASCII without quotes, slashes or '?'."""
-    if not model or any(not (" " <= ch <= "~") or ch in '"\\/?' for ch in model):
-        raise KilnError(f"model name {model!r}: use printable ASCII without quotes, slashes, backslashes or '?' "
-                        "(it names the generated files)")
 
 
 def _constants(graph: Graph) -> tuple[list[Constant], dict[str, str]]:

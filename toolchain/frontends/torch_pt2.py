@@ -82,13 +82,18 @@ def _specialize(ep: torch.export.ExportedProgram, bindings: dict[str, Any], wher
 
 
 def check_archive(data: bytes, where: str) -> None:
-    """Refuse any archive that holds more than one plain exported program's members."""
+    """Refuse any archive that holds more than one plain exported program's members, or a member twice."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile:
         raise KilnError(f"{where}: not a .pt2 archive (not a zip file)") from None
     with archive:
         names = archive.namelist()
+        seen: set[str] = set()
+        for member in names:  # readers disagree on which copy of a duplicate they read (and on case): refuse both
+            if member.lower() in seen:
+                raise KilnError(f"{where}: refusing duplicate archive member {member!r}")
+            seen.add(member.lower())
         roots = {n.split("/", 1)[0] for n in names}
         if len(roots) != 1 or any("/" not in n for n in names):
             raise KilnError(f"{where}: not a .pt2 archive (members must share one top folder)")

@@ -1,11 +1,18 @@
 """`.kir` files: the IR as a size-prefixed FlatBuffer (schema `kir.fbs`).
 
-Output is canonical: tensors and attributes are written sorted by name, so the
-same graph always gives the same bytes. Loading checks the size prefix (a
-truncated file), the file identifier (a foreign file) and the schema version.
+A file is a `Kir` table: the schema version, the level (which stage wrote
+the graph), a SHA-256 checksum, and the graph as a nested FlatBuffer. Output
+is canonical: tensors and attributes are written sorted by name, so the same
+graph always gives the same bytes. Loading checks, before it decodes the
+graph, the size prefix (a truncated file), the file identifier (a foreign
+file), the schema version, the checksum over version, level and graph bytes
+(any corrupted byte), and, when the caller says which it reads, the level (a
+stage's input replaced by another stage's output). A file that fails is never
+used: the error names it and the way to rebuild it.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import struct
@@ -17,72 +24,88 @@ import numpy as np
 from toolchain.errors import KilnError
 from toolchain.ir.fb import Attr as FbAttr
 from toolchain.ir.fb import Graph as FbGraph
+from toolchain.ir.fb import Kir as FbKir
 from toolchain.ir.fb import Node as FbNode
 from toolchain.ir.fb import QuantParams as FbQuant
 from toolchain.ir.fb import Tensor as FbTensor
 from toolchain.ir.fb.AttrKind import AttrKind
 from toolchain.ir.fb.DType import DType
+from toolchain.ir.fb.Level import Level
 from toolchain.ir.graph import DTYPES, AttrValue, Graph, Node, QuantParams, Tensor
 
 FILE_IDENTIFIER = b"KIR1"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Levels by their code in the file: "none" for graphs no stage wrote, then each stage's output.
+LEVELS = ("none", "imported", "normalized", "quantized", "lowered", "planned")
+REBUILD = "delete it and rebuild (`scons`, or `kiln compile` again)"
 
 _DTYPE_CODES = {name: getattr(DType, name) for name in DTYPES}
 _DTYPE_NAMES = {code: name for name, code in _DTYPE_CODES.items()}
+assert all(getattr(Level, name) == code for code, name in enumerate(LEVELS))
 
 
-def dumps(graph: Graph) -> bytes:
-    b = flatbuffers.Builder(1024)
-    tensors = [_tensor(b, graph.tensors[k]) for k in sorted(graph.tensors)]
-    nodes = [_node(b, n) for n in graph.nodes]
-    name = b.CreateString(graph.name)
-    inputs = _strings(b, graph.inputs)
-    outputs = _strings(b, graph.outputs)
-    meta = _attrs(b, graph.meta)
-    tensors_vec = _table_vector(b, tensors)
-    nodes_vec = _table_vector(b, nodes)
-    FbGraph.Start(b)
-    FbGraph.AddSchemaVersion(b, SCHEMA_VERSION)
-    FbGraph.AddName(b, name)
-    FbGraph.AddTensors(b, tensors_vec)
-    FbGraph.AddNodes(b, nodes_vec)
-    FbGraph.AddInputs(b, inputs)
-    FbGraph.AddOutputs(b, outputs)
-    FbGraph.AddMeta(b, meta)
-    b.FinishSizePrefixed(FbGraph.End(b), FILE_IDENTIFIER)
+def dumps(graph: Graph, level: str = "none") -> bytes:
+    """The canonical bytes of `graph` as a .kir file written at `level` (one of LEVELS)."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown .kir level {level!r} (levels: {', '.join(LEVELS)})")
+    payload = _graph_bytes(graph)
+    code = LEVELS.index(level)
+    b = flatbuffers.Builder(len(payload) + 128)
+    checksum = b.CreateByteVector(_checksum(SCHEMA_VERSION, code, payload))
+    nested = b.CreateByteVector(payload)
+    FbKir.Start(b)
+    FbKir.AddSchemaVersion(b, SCHEMA_VERSION)
+    FbKir.AddLevel(b, code)
+    FbKir.AddChecksum(b, checksum)
+    FbKir.AddPayload(b, nested)
+    b.FinishSizePrefixed(FbKir.End(b), FILE_IDENTIFIER)
     return bytes(b.Output())
 
 
-def loads(buf: bytes, path: str = "<bytes>") -> Graph:
+def loads(buf: bytes, path: str = "<bytes>", level: str | None = None) -> Graph:
+    """The graph in .kir bytes `buf` (named `path` in errors); `level`, when given, is the only level accepted."""
     if len(buf) < 12:
         raise KilnError(f"{path}: not a .kir file (too short: {len(buf)} bytes)")
     (size,) = struct.unpack_from("<I", buf, 0)
     if buf[8:12] != FILE_IDENTIFIER:
         raise KilnError(f"{path}: not a .kir file (file identifier {bytes(buf[8:12])!r}, expected {FILE_IDENTIFIER!r})")
     if size != len(buf) - 4:
-        raise KilnError(f"{path}: truncated or padded .kir file ({len(buf) - 4} bytes after the size prefix, expected {size})")
+        raise KilnError(f"{path}: truncated or padded .kir file ({len(buf) - 4} bytes after the size prefix, "
+                        f"expected {size}); {REBUILD}")
     try:
-        root = FbGraph.Graph.GetRootAs(buf, 4)
+        root = FbKir.Kir.GetRootAs(buf, 4)
         version = root.SchemaVersion()
         if version != SCHEMA_VERSION:
-            raise KilnError(f"{path}: .kir schema version {version}, this Kiln reads version {SCHEMA_VERSION}")
-        return _graph(root)
+            raise KilnError(f"{path}: .kir schema version {version}, this Kiln reads version {SCHEMA_VERSION}; {REBUILD}")
+        code = root.Level()
+        checksum = root.ChecksumAsNumpy().tobytes() if root.ChecksumLength() else b""
+        payload = root.PayloadAsNumpy().tobytes() if root.PayloadLength() else b""
     except KilnError:
         raise
     except Exception as exc:  # a corrupt buffer surfaces as any decoding error
-        raise KilnError(f"{path}: corrupt .kir file ({type(exc).__name__}: {exc})") from None
+        raise KilnError(f"{path}: corrupt .kir file ({type(exc).__name__} while reading its header); {REBUILD}") from None
+    if code >= len(LEVELS) or checksum != _checksum(version, code, payload):
+        raise KilnError(f"{path}: corrupt .kir file (its checksum does not match its content); {REBUILD}")
+    if level is not None and LEVELS[code] != level:
+        raise KilnError(f"{path}: holds a graph of level {LEVELS[code]!r}, but a {level!r} graph is read here "
+                        f"(a file from another stage); {REBUILD}")
+    try:
+        return _graph(FbGraph.Graph.GetRootAs(payload, 0))
+    except Exception as exc:  # checksummed, so only a file written to look valid gets here
+        raise KilnError(f"{path}: corrupt .kir file ({type(exc).__name__}: {exc}); {REBUILD}") from None
 
 
-def save(graph: Graph, path: str | os.PathLike) -> None:
-    write_atomic(path, dumps(graph))
+def save(graph: Graph, path: str | os.PathLike, level: str = "none") -> None:
+    write_atomic(path, dumps(graph, level))
 
 
-def load(path: str | os.PathLike) -> Graph:
+def load(path: str | os.PathLike, level: str | None = None) -> Graph:
+    """The graph in .kir file `path`, checked; `level`, when given, is the only level accepted."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise KilnError(f"{path}: cannot read ({exc.strerror})") from None
-    return loads(data, str(path))
+    return loads(data, str(path), level)
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
@@ -103,6 +126,31 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _checksum(version: int, level: int, payload: bytes) -> bytes:
+    return hashlib.sha256(b"KIR" + struct.pack("<IB", version, level) + payload).digest()
+
+
+def _graph_bytes(graph: Graph) -> bytes:
+    b = flatbuffers.Builder(1024)
+    tensors = [_tensor(b, graph.tensors[k]) for k in sorted(graph.tensors)]
+    nodes = [_node(b, n) for n in graph.nodes]
+    name = b.CreateString(graph.name)
+    inputs = _strings(b, graph.inputs)
+    outputs = _strings(b, graph.outputs)
+    meta = _attrs(b, graph.meta)
+    tensors_vec = _table_vector(b, tensors)
+    nodes_vec = _table_vector(b, nodes)
+    FbGraph.Start(b)
+    FbGraph.AddName(b, name)
+    FbGraph.AddTensors(b, tensors_vec)
+    FbGraph.AddNodes(b, nodes_vec)
+    FbGraph.AddInputs(b, inputs)
+    FbGraph.AddOutputs(b, outputs)
+    FbGraph.AddMeta(b, meta)
+    b.Finish(FbGraph.End(b))
+    return bytes(b.Output())
 
 
 # -- writing ---------------------------------------------------------------

@@ -17,11 +17,13 @@ schedule), their ratio, the alignment, and which order and heuristic won.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from toolchain.errors import KilnError
-from toolchain.ir.graph import Graph
+from toolchain.ir.graph import DTYPES, Graph
 from toolchain.plan.buffers import Buffer, buffers
+from toolchain.plan.config import alignment_problem
 from toolchain.plan.offsets import Placement, place
 from toolchain.plan.schedule import candidate_orders
 from toolchain.plan.scratch import Scratch, plan_scratch
@@ -37,10 +39,17 @@ class _Candidate:
     placement: Placement
 
 
+# Sizes and offsets reach C as size_t and kernel parameters as int32: on every target both hold this.
+SIZE_LIMIT = 2**31 - 1
+
+
 def plan(graph: Graph, config: dict, lz4: bool = False) -> Graph:
     """Plan `graph`'s memory; `lz4` reserves scratch regions for compressed weights (`codegen.lz4`)."""
     g = graph.copy()
+    _check_sizes(g)
     align = int(config["alignment"])
+    if alignment_problem(align):
+        raise KilnError(f"graph {g.name!r}: plan.alignment: {alignment_problem(align)}")
     scratch = plan_scratch(g, align) if lz4 else Scratch({}, {}, {})
     orders = candidate_orders(g) if config["reorder"] else [("given", list(range(len(g.nodes))))]
     found = [_evaluate(g, name, order, config, scratch) for name, order in orders]
@@ -54,10 +63,23 @@ def plan(graph: Graph, config: dict, lz4: bool = False) -> Graph:
     g.meta.update({"arena_size": size, "lower_bound": best.bound, "alignment": align,
                    "arena_ratio": round(size / best.bound, 4) if best.bound else 1.0,
                    "schedule": best.name, "placement": best.placement.heuristic, "lz4": int(lz4)})
+    if size > SIZE_LIMIT:
+        raise KilnError(f"graph {g.name!r}: the arena needs {size} bytes; the target's size_t/int32 limit is {SIZE_LIMIT} bytes")
     budget = int(config["budget"])
     if budget and size > budget:
         raise KilnError(over_budget(g, best.arena, size, budget))
     return g
+
+
+def _check_sizes(g: Graph) -> None:
+    """Every tensor's bytes must fit the target's size_t and the kernels' int32 sizes (checked here, not by gcc)."""
+    order = g.inputs + [t for n in g.nodes for t in n.inputs + n.outputs if t] + sorted(g.tensors)
+    for name in dict.fromkeys(order):
+        t = g.tensors[name]
+        nbytes = math.prod(t.shape) * DTYPES[t.dtype].itemsize  # Python ints: no int64 wrap-around
+        if nbytes > SIZE_LIMIT:
+            raise KilnError(f"graph {g.name!r}: tensor {name!r} ({t.dtype}{list(t.shape)}) is {nbytes} bytes; "
+                            f"the target's size_t/int32 limit is {SIZE_LIMIT} bytes")
 
 
 def _evaluate(g: Graph, name: str, order: list[int], config: dict, scratch: Scratch) -> _Candidate:

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from toolchain.errors import KilnError
+from toolchain.errors import KilnError, node_context
 from toolchain.ir.graph import Graph
 from toolchain.quantize.observers import Observer, make_observer
 from toolchain.reference.executor import run
@@ -72,7 +72,7 @@ def _read_file(path: Path, shown: str, graph: Graph) -> dict[str, np.ndarray]:
         raise KilnError(f"{shown}: a .npy file calibrates a single-input model; this one has inputs "
                         f"{', '.join(graph.inputs)} (use an .npz with one array per input name)")
     try:
-        return {graph.inputs[0]: np.load(path, allow_pickle=False)}
+        return _non_empty({graph.inputs[0]: np.load(path, allow_pickle=False)}, shown)
     except (OSError, ValueError) as exc:
         raise KilnError(f"{shown}: not a readable .npy file ({exc})") from None
 
@@ -80,9 +80,16 @@ def _read_file(path: Path, shown: str, graph: Graph) -> dict[str, np.ndarray]:
 def _read_npz(path: Path, shown: str) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as npz:
-            return {name: npz[name] for name in sorted(npz.files)}
+            return _non_empty({name: npz[name] for name in sorted(npz.files)}, shown)
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise KilnError(f"{shown}: not a readable .npz file ({exc})") from None
+
+
+def _non_empty(samples: dict[str, np.ndarray], shown: str) -> dict[str, np.ndarray]:
+    for name, arr in samples.items():
+        if arr.ndim == 0 or len(arr) == 0:
+            raise KilnError(f"{shown}: no samples for input {name!r} (N=0; samples are stacked on the leading axis)")
+    return samples
 
 
 def _merge(parts: list[dict[str, np.ndarray]], graph: Graph) -> dict[str, np.ndarray]:
@@ -109,6 +116,8 @@ def check_samples(graph: Graph, samples: dict[str, np.ndarray]) -> int:
             raise KilnError(f"calibration data for input {name!r} has shape {list(arr.shape)}, expected [N, {', '.join(map(str, shape))}]")
         if not np.issubdtype(arr.dtype, np.number) or not np.isfinite(arr).all():
             raise KilnError(f"calibration data for input {name!r} must be finite numbers")
+        if arr.shape[0] == 0:
+            raise KilnError(f"calibration data for input {name!r} has no samples (N=0)")
         counts.add(arr.shape[0])
     if len(counts) != 1:
         raise KilnError(f"calibration data gives {sorted(counts)} samples per input; every input needs the same count")
@@ -125,6 +134,7 @@ def select(count: int, max_samples: int, seed: int) -> np.ndarray:
 def observe_ranges(graph: Graph, samples: dict[str, np.ndarray], names: Iterable[str], config: dict[str, Any]) -> dict[str, tuple[float, float]]:
     """Run the float reference on the chosen samples; each tensor in `names` gets its observer's range."""
     indices = select(check_samples(graph, samples), config["max_samples"], config["seed"])
+    _check_constants(graph)
     observers: dict[str, Observer] = {n: make_observer(config) for n in sorted(names)}
     passes = max((o.passes for o in observers.values()), default=1)
     bar = _Progress(len(indices) * passes)
@@ -136,7 +146,23 @@ def observe_ranges(graph: Graph, samples: dict[str, np.ndarray], names: Iterable
                     _observe(obs, name, values[name], pass_index)
             bar.step()
     bar.close()
+    for name, obs in observers.items():
+        if not obs.seen:
+            shape = graph.tensors[name].shape
+            raise KilnError(f"tensor {name!r} has no elements (shape {list(shape)}): nothing to calibrate, and an empty "
+                            "tensor has no int8 form")
     return {n: obs.range() for n, obs in observers.items()}
+
+
+def _check_constants(graph: Graph) -> None:
+    """A NaN or infinity in a constant would surface in the first activation it reaches; name the constant."""
+    for index, node in enumerate(graph.nodes):
+        for name in node.inputs:
+            t = graph.tensors.get(name)
+            if t is not None and t.is_constant and t.dtype == "float32" and not np.isfinite(t.data).all():
+                bad = "NaN" if np.isnan(t.data).any() else "infinity"
+                raise KilnError(f"constant {name!r} (an input of {node_context(index, node.name, node.op, node.source)}) "
+                                f"holds {bad}; the float model has no finite range to calibrate")
 
 
 def _observe(obs: Observer, name: str, value: np.ndarray, pass_index: int) -> None:

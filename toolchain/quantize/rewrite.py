@@ -86,7 +86,7 @@ def _retype(graph: Graph, plan: Plan, name: str, params: QuantParams) -> None:
         graph.tensors[name] = t.copy(dtype="int8", quant=params)
         _insert_after(graph, producer, Node(graph.unique_node_name(f"{name}_quantize"), "quantize", [twin], [name], {"to": "int8"}))
         return
-    data = None if t.data is None else quantize_array(t.data, params)
+    data = None if t.data is None else quantize_array(t.data, params, what=f"constant {name!r}")
     graph.tensors[name] = t.copy(dtype="int8", quant=params, data=data)
     if float_users:
         twin = _twin(graph, t)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolchain.errors import KilnError
 from toolchain.ir.graph import QuantParams
 from toolchain.numerics.fixedpoint import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, round_half_away
 
@@ -65,10 +66,21 @@ def _broadcast(params: QuantParams, ndim: int) -> tuple[np.ndarray, np.ndarray]:
     return scale.reshape(shape), zp.reshape(shape)
 
 
-def quantize_array(x: np.ndarray, params: QuantParams, dtype: str = "int8") -> np.ndarray:
-    """float -> int8 (or a TFLite file's uint8) as TFLite's AffineQuantize: zero_point + round(x / scale) in float32, clamped."""
-    scale, zp = _broadcast(params, np.ndim(x))
-    q = round_half_away(np.asarray(x, np.float32) / np.asarray(scale, np.float32)).astype(np.int64) + zp
+def quantize_array(x: np.ndarray, params: QuantParams, dtype: str = "int8", what: str = "values") -> np.ndarray:
+    """float -> int8 (or a TFLite file's uint8) as TFLite's AffineQuantize: zero_point + round(x / scale) in
+    float32, clamped.
+
+    The clamp happens before any integer conversion, so every float beyond the
+    integer range (up to infinity) saturates to the end with its sign; NaN has
+    no integer value and is an error naming `what`.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: +-inf, which saturates like any large value
+        x = np.asarray(x, np.float32)
+        if np.isnan(x).any():
+            index = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.isnan(x))), x.shape))
+            raise KilnError(f"{what}: NaN at index {list(index)} has no int8 value")
+        scale, zp = _broadcast(params, x.ndim)
+        q = round_half_away(x / np.asarray(scale, np.float32)) + np.asarray(zp, np.float64)
     return np.clip(q, 0, 255).astype(np.uint8) if dtype == "uint8" else np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
 
 

@@ -77,7 +77,7 @@ class ModelReport:
 
 def gather(build: Path, samples: int) -> ModelReport:
     """The report of the model built in `build`, its SQNR over up to `samples` of the calibration samples kept there."""
-    planned, normalized, quantized = (load(build / f"{a}.kir") for a in ("planned", "normalized", "quantized"))
+    planned, normalized, quantized = (load(build / f"{a}.kir", a) for a in ("planned", "normalized", "quantized"))
     rep = report(normalized, quantized, *report_inputs(normalized, load_samples(build), samples))
     sqnr = {n: e["sqnr_db"] for n, e in rep["tensors"].items()}
     layers = [_layer(planned, i, sqnr) for i in range(len(planned.nodes))]

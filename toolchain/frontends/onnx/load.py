@@ -65,9 +65,11 @@ def _load_external(tensor: onnx.TensorProto, path: Path) -> None:
         raise KilnError(f"{where} leaves the model's folder; external data must be inside it")
     if not (base / location).resolve().is_relative_to(base):
         raise KilnError(f"{where} is a symlink to outside the model's folder; external data must be inside it")
+    if not (base / location).is_file():
+        raise KilnError(f"{where} does not exist (paths are relative to the model file's folder)")
     try:
         load_external_data_for_tensor(tensor, str(base))
-    except (OSError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError, onnx.checker.ValidationError) as exc:
         raise KilnError(f"{where}: cannot read ({_first_line(exc)})") from None
 
 
