@@ -1,13 +1,15 @@
 """Observers on distributions with known answers, and the seeded calibration sample choice."""
 from __future__ import annotations
 
+import io
 import math
+import sys
 
 import numpy as np
 import pytest
 
 from toolchain.ir.graph import Graph, Node, Tensor
-from toolchain.quantize.calibration import observe_ranges, select
+from toolchain.quantize.calibration import PROGRESS_DELAY_S, Progress, observe_ranges, select
 from toolchain.quantize.config import CONFIG
 from toolchain.quantize.observers import (MinMaxObserver, MovingAverageObserver, MSEObserver, PercentileObserver,
                                           make_observer)
@@ -160,12 +162,36 @@ def test_observed_ranges_deterministic_per_seed():
     assert observe_ranges(graph, samples, ["x"], dict(DEFAULTS, max_samples=20, seed=1)) == {"x": (float(used.min()), float(used.max()))}
 
 
-def test_progress_bar_only_when_asked(capsys, monkeypatch):
-    samples = {"x": np.zeros((40, 1, 4), np.float32)}
+def test_progress_in_logs_is_a_line_per_tenth_naming_the_model(capsys, monkeypatch):
+    samples = {"x": np.zeros((400, 1, 4), np.float32)}
     monkeypatch.delenv("KILN_PROGRESS", raising=False)
+    observe_ranges(identity_graph(), samples, ["y"], dict(DEFAULTS, max_samples=0))
+    assert capsys.readouterr().err == ""  # a short calibration says nothing
+    monkeypatch.setenv("KILN_PROGRESS", "1")
+    observe_ranges(identity_graph(), samples, ["y"], dict(DEFAULTS, max_samples=0, observer="mse"))
+    lines = capsys.readouterr().err.splitlines()
+    assert 1 <= len(lines) <= 10 and all(line.startswith("kiln: calibrating id:") for line in lines)
+    assert lines[-1] == "kiln: calibrating id: pass 2/2, 400/400 samples (100%)"
+    monkeypatch.setenv("KILN_PROGRESS", "0")
     observe_ranges(identity_graph(), samples, ["y"], DEFAULTS)
     assert capsys.readouterr().err == ""
-    monkeypatch.setenv("KILN_PROGRESS", "1")
-    observe_ranges(identity_graph(), samples, ["y"], DEFAULTS)
-    err = capsys.readouterr().err
-    assert "calibrating" in err and "40/40" in err and err.endswith("\n")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_redraws_one_line_after_the_delay(monkeypatch):
+    monkeypatch.delenv("KILN_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    now = [0.0]
+    progress = Progress("kws", 4000, 1, clock=lambda: now[0])
+    progress.update(0, 100)
+    assert sys.stderr.getvalue() == ""  # not yet PROGRESS_DELAY_S
+    now[0] = PROGRESS_DELAY_S
+    for done in (2000, 4000):
+        progress.update(0, done)
+    progress.close()
+    assert sys.stderr.getvalue() == ("\rkiln: calibrating kws [###############...............] 2000/4000 samples"
+                                     "\rkiln: calibrating kws [##############################] 4000/4000 samples\n")

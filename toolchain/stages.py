@@ -75,11 +75,11 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage("import", (), ("imported.kir", "calibration.npz"), ("model", "inputs"),
-          ("toolchain/frontends", "toolchain/reference"), "toolchain.stages:run_import"),
+          ("toolchain/frontends", "toolchain/reference", "toolchain/samples.py"), "toolchain.stages:run_import"),
     Stage("normalize", ("imported.kir",), ("normalized.kir",), ("normalize",),
           ("toolchain/passes", "toolchain/reference"), "toolchain.stages:run_normalize"),
     Stage("quantize", ("normalized.kir", "calibration.npz"), ("quantized.kir",), ("quant",),
-          ("toolchain/quantize", "toolchain/numerics", "toolchain/reference"), "toolchain.stages:run_quantize"),
+          ("toolchain/quantize", "toolchain/numerics", "toolchain/reference", "toolchain/samples.py"), "toolchain.stages:run_quantize"),
     Stage("lower", ("quantized.kir",), ("lowered.kir",), ("kernels",),
           ("toolchain/lower", "toolchain/numerics"), "toolchain.stages:run_lower"),
     Stage("plan", ("lowered.kir",), ("planned.kir",), ("plan", "codegen"),

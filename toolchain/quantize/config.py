@@ -42,8 +42,9 @@ CONFIG: dict[str, Key] = {
     "per_channel": Key("per_channel", bool, True,
                        "Conv and fully connected weights get one scale per output channel (false: one per tensor)."),
     "calibration": Key("calibration", list, [],
-                       "Calibration files relative to the model folder (.npy: samples stacked on a leading axis for a "
-                       "single-input model; .npz: one array per input name); when given they replace calibration_data().",
+                       "Calibration files relative to the model folder (.npy: a single-input model's samples shaped "
+                       "[N, *input_shape] or [N, *input_shape[1:]]; .npz: one such array per input name); when given they "
+                       "replace calibration_data().",
                        _calibration_files),
     "max_samples": Key("max_samples", int, 256,
                        "At most this many calibration samples are used (a seeded choice); 0 uses them all.", _non_negative),

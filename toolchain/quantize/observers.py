@@ -1,7 +1,9 @@
 """Observers: how calibration turns a tensor's observed values into a float range.
 
 An observer sees one tensor's value for every calibration sample (in sample
-order) and returns the range (lo, hi) to quantize it to. Histogram observers
+order; `observe_batch` takes several samples stacked on a leading axis, with
+the same result as taking them one by one) and returns the range (lo, hi) to
+quantize it to. Histogram observers
 (percentile, MSE) need two passes over the samples: the first finds the
 min/max that fixes the histogram's bins, the second fills the histogram, so
 their memory stays bounded however many samples there are. Everything here is
@@ -30,6 +32,10 @@ class Observer:
         if pass_index == 0 and x.size:
             self.lo = min(self.lo, float(np.min(x)))
             self.hi = max(self.hi, float(np.max(x)))
+
+    def observe_batch(self, xs: np.ndarray, pass_index: int = 0) -> None:
+        """Samples stacked on axis 0; min, max and histograms aggregate them all at once."""
+        self.observe(xs, pass_index)
 
     @property
     def seen(self) -> bool:
@@ -68,6 +74,10 @@ class MovingAverageObserver(Observer):
         else:
             self.avg_lo += self.c * (lo - self.avg_lo)
             self.avg_hi += self.c * (hi - self.avg_hi)
+
+    def observe_batch(self, xs: np.ndarray, pass_index: int = 0) -> None:
+        for x in xs:
+            self.observe(x, pass_index)
 
     def range(self) -> tuple[float, float]:
         super().range()

@@ -48,9 +48,17 @@ def conv_nd(x, w, b, strides, pads, dilations, group) -> np.ndarray:
 
 
 def max_pool_nchw(x, kernel, strides, pads, dilations=(1, 1), ceil_extra=(0, 0)) -> np.ndarray:
+    """The maximum over each window, taken tap by tap (one strided slice per kernel position: no window copies)."""
     x = np.asarray(x, np.float64)
     padded = pad_spatial(x, [pads[0], pads[1], pads[2] + ceil_extra[0], pads[3] + ceil_extra[1]], -np.inf)
-    return windows(padded, kernel, strides, list(dilations)).max(axis=(-2, -1))
+    oh, ow = windows(padded, kernel, strides, list(dilations)).shape[2:4]
+    out = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            r, c = i * dilations[0], j * dilations[1]
+            tap = padded[:, :, r:r + (oh - 1) * strides[0] + 1:strides[0], c:c + (ow - 1) * strides[1] + 1:strides[1]]
+            out = tap.copy() if out is None else np.maximum(out, tap, out=out)
+    return out
 
 
 def avg_pool_nchw(x, kernel, strides, pads, count_include_pad: bool, ceil_extra=(0, 0)) -> np.ndarray:
