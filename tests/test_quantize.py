@@ -21,6 +21,7 @@ from toolchain.quantize.calibration import load_calibration
 from toolchain.quantize.config import CONFIG
 from toolchain.quantize.report import format_report, report, run_quantized, to_json
 from toolchain.quantize.scheme import choose_qparams, quantize_weights
+from toolchain.reference.batch import run_batch
 from toolchain.reference.executor import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -227,6 +228,24 @@ def test_unified_range_covers_every_member(rules):
     assert rlo >= lo - 2 * step and rhi <= hi + 2 * step  # and no wider than the members need
 
 
+def assert_ranges_cover(g: Graph, q: Graph, cal: dict[str, np.ndarray]) -> None:
+    """Every int8 activation's range covers the float values it held during calibration (to within a step)."""
+    seen: dict[str, tuple[float, float]] = {}
+    run_batch(g, cal, visit=lambda name, v: seen.__setitem__(name, (float(v.min()), float(v.max()))))
+    checked = 0
+    for name, t in q.tensors.items():
+        if t.dtype == "int8" and not t.is_constant and name in seen:
+            lo, hi = represented(t.quant)
+            step = t.quant.scale[0]
+            assert lo - step <= seen[name][0] and seen[name][1] <= hi + step, (name, seen[name], (lo, hi))
+            checked += 1
+    assert checked == len(seen)
+
+
+def test_every_range_covers_its_calibrated_values(rules):
+    assert_ranges_cover(*rules)
+
+
 def test_constant_operand_quantized_with_its_own_range(rules):
     _, q, _ = rules
     k = q.tensors["k"]
@@ -243,17 +262,43 @@ def test_concat_of_differently_fixed_inputs_requantizes_them():
     g = b.done(cat)
     q = quantize(g, DEFAULTS, samples(g))
     verify(q, levels=("kernel",))
-    clamps = [n for n in q.nodes if n.op == "clamp"]
-    assert [c.inputs for c in clamps] == [["s"], ["t"]]
-    assert q.node("cat").inputs == [c.outputs[0] for c in clamps]
+    # tanh's fixed grid covers everything the concat holds, so the concat takes it; sigmoid's [0, 1) does
+    # not (tanh's values reach below 0): the sigmoid output is requantized onto tanh's grid
+    (clamp,) = [n for n in q.nodes if n.op == "clamp"]
+    assert clamp.inputs == ["s"] and q.node("cat").inputs == [clamp.outputs[0], "t"]
     assert params(q, "s") == QuantParams((1 / 256,), (-128,)) and params(q, "t") == QuantParams((1 / 128,), (0,))
     unified = params(q, "cat")
-    assert all(params(q, c.outputs[0]) == unified for c in clamps)
-    lo, hi = represented(unified)
-    assert lo < -0.5 and hi > 0.5  # calibrated over both inputs: tanh's negative values survive
+    assert params(q, clamp.outputs[0]) == unified == params(q, "t")
     feeds = {"x": np.array([[-0.9, -0.5, 0.5, 0.9]], np.float32)}  # inside the calibrated range
     got = (run_quantized(q, feeds)["cat"].astype(np.float64) - unified.zero_point[0]) * unified.scale[0]
     assert np.abs(got - run(g, feeds)["cat"]).max() <= 2 * unified.scale[0]
+
+
+def test_concat_never_narrows_an_input_to_a_fixed_output_grid():
+    """The MLP head cat([sigmoid(fc(silu(fc(x)))), x]) -> fc -> softmax, x a normal(0, 1) model input: x keeps
+    its own calibrated range (never the sigmoid's [0, 1)); the sigmoid output is requantized into the concat."""
+    b = Builder("head")
+    x = b.input("x", (1, 16))
+    h = b.op("fully_connected", [x, b.weights("w1", (32, 16)), b.weights("b1", (32,))], "h", **NO_ACT)
+    h = b.op("silu", [h], "act")
+    h = b.op("fully_connected", [h, b.weights("w2", (16, 32)), b.weights("b2", (16,))], "h2", **NO_ACT)
+    s = b.op("sigmoid", [h], "s")
+    cat = b.op("concat", [s, x], "cat", axis=1)
+    y = b.op("fully_connected", [cat, b.weights("w3", (10, 32)), b.weights("b3", (10,))], "logits", **NO_ACT)
+    g = b.done(b.op("softmax", [y], "probs", beta=1.0))
+    rng = np.random.default_rng(5)
+    cal = {"x": rng.standard_normal((64, 1, 16)).astype(np.float32)}
+    q = quantize(g, DEFAULTS, cal)
+    verify(q, levels=("kernel",))
+    assert params(q, "x") == choose_qparams(cal["x"].min(), cal["x"].max())
+    assert params(q, "s") == QuantParams((1 / 256,), (-128,))
+    (clamp,) = [n for n in q.nodes if n.op == "clamp"]
+    assert clamp.inputs == ["s"] and q.node("cat").inputs == [clamp.outputs[0], "x"]
+    assert params(q, clamp.outputs[0]) == params(q, "cat") == params(q, "x")
+    test = {"x": rng.standard_normal((64, 1, 16)).astype(np.float32)}
+    rep = report(g, q, test)
+    assert rep["tensors"]["x"]["sqnr_db"] > 35.0 and rep["outputs"]["probs"] > 30.0  # landed code: 2.2 dB and 16.6 dB
+    assert_ranges_cover(g, q, cal)
 
 
 def test_shared_output_with_other_source_parameters_requantizes_input():
