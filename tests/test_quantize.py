@@ -209,9 +209,9 @@ def test_sharing_rules(rules):
     shared = {params(q, n) for n in ("c", "d", "p", "a", "cat", "pd", "gap", "r")}
     assert len(shared) == 1
     assert params(q, "sl") == params(q, "f") and params(q, "t") == params(q, "f")
-    for name in ("sm", "sg"):
-        assert params(q, name) == QuantParams((1 / 256,), (-128,))
-    assert params(q, "th") == QuantParams((1 / 128,), (0,))
+    assert params(q, "sm") == QuantParams((1 / 256,), (-128,))  # the softmax kernel's fixed output
+    assert represented(params(q, "sg"))[0] == 0.0 and represented(params(q, "sg"))[1] <= 1.0  # calibrated, inside (0, 1)
+    assert represented(params(q, "th"))[1] <= 1.0 and params(q, "th") != QuantParams((1 / 128,), (0,))
     assert len({params(q, n) for n in ("x", "f", "ad", "c")}) == 4  # calibrated ops get their own
 
 
@@ -253,36 +253,50 @@ def test_constant_operand_quantized_with_its_own_range(rules):
     assert represented(k.quant) == pytest.approx((-1.0, 2.0), abs=3 / 255)  # its data spans [-1, 2]
 
 
-def test_concat_of_differently_fixed_inputs_requantizes_them():
+def test_concat_of_a_fixed_output_it_cannot_hold_requantizes_it():
     b = Builder("conflict")
     x = b.input("x", (1, 4))
-    s = b.op("sigmoid", [x], "s")
+    s = b.op("softmax", [x], "s", beta=1.0)
     t = b.op("tanh", [x], "t")
     cat = b.op("concat", [s, t], "cat", axis=1)
     g = b.done(cat)
     q = quantize(g, DEFAULTS, samples(g))
     verify(q, levels=("kernel",))
-    # tanh's fixed grid covers everything the concat holds, so the concat takes it; sigmoid's [0, 1) does
-    # not (tanh's values reach below 0): the sigmoid output is requantized onto tanh's grid
+    # softmax's fixed [0, 1) grid cannot hold tanh's negative values: the softmax output is requantized
+    # into the concat, which is calibrated over both
     (clamp,) = [n for n in q.nodes if n.op == "clamp"]
     assert clamp.inputs == ["s"] and q.node("cat").inputs == [clamp.outputs[0], "t"]
-    assert params(q, "s") == QuantParams((1 / 256,), (-128,)) and params(q, "t") == QuantParams((1 / 128,), (0,))
+    assert params(q, "s") == QuantParams((1 / 256,), (-128,))
     unified = params(q, "cat")
     assert params(q, clamp.outputs[0]) == unified == params(q, "t")
+    lo, hi = represented(unified)
+    assert lo < -0.5 and hi > 0.5  # tanh's negative values survive
     feeds = {"x": np.array([[-0.9, -0.5, 0.5, 0.9]], np.float32)}  # inside the calibrated range
     got = (run_quantized(q, feeds)["cat"].astype(np.float64) - unified.zero_point[0]) * unified.scale[0]
     assert np.abs(got - run(g, feeds)["cat"]).max() <= 2 * unified.scale[0]
 
 
-def test_concat_never_narrows_an_input_to_a_fixed_output_grid():
+def test_concat_of_outputs_a_fixed_grid_holds_shares_it():
+    b = Builder("agree")
+    x = b.input("x", (1, 4))
+    s = b.op("softmax", [x], "s", beta=1.0)
+    h = b.op("sigmoid", [x], "h")
+    g = b.done(b.op("concat", [s, h], "cat", axis=1))
+    q = quantize(g, DEFAULTS, samples(g))
+    assert not [n for n in q.nodes if n.op == "clamp"]  # sigmoid values lie in [0, 1): no requantization
+    assert params(q, "cat") == params(q, "h") == params(q, "s") == QuantParams((1 / 256,), (-128,))
+
+
+@pytest.mark.parametrize("head", ["sigmoid", "softmax"])
+def test_concat_never_narrows_an_input_to_a_fixed_output_grid(head: str):
     """The MLP head cat([sigmoid(fc(silu(fc(x)))), x]) -> fc -> softmax, x a normal(0, 1) model input: x keeps
-    its own calibrated range (never the sigmoid's [0, 1)); the sigmoid output is requantized into the concat."""
+    its own calibrated range, never the sigmoid's [0, 1) (nor a softmax's fixed grid, which is requantized)."""
     b = Builder("head")
     x = b.input("x", (1, 16))
     h = b.op("fully_connected", [x, b.weights("w1", (32, 16)), b.weights("b1", (32,))], "h", **NO_ACT)
     h = b.op("silu", [h], "act")
     h = b.op("fully_connected", [h, b.weights("w2", (16, 32)), b.weights("b2", (16,))], "h2", **NO_ACT)
-    s = b.op("sigmoid", [h], "s")
+    s = b.op(head, [h], "s", **({"beta": 1.0} if head == "softmax" else {}))
     cat = b.op("concat", [s, x], "cat", axis=1)
     y = b.op("fully_connected", [cat, b.weights("w3", (10, 32)), b.weights("b3", (10,))], "logits", **NO_ACT)
     g = b.done(b.op("softmax", [y], "probs", beta=1.0))
@@ -290,11 +304,13 @@ def test_concat_never_narrows_an_input_to_a_fixed_output_grid():
     cal = {"x": rng.standard_normal((64, 1, 16)).astype(np.float32)}
     q = quantize(g, DEFAULTS, cal)
     verify(q, levels=("kernel",))
-    assert params(q, "x") == choose_qparams(cal["x"].min(), cal["x"].max())
-    assert params(q, "s") == QuantParams((1 / 256,), (-128,))
-    (clamp,) = [n for n in q.nodes if n.op == "clamp"]
-    assert clamp.inputs == ["s"] and q.node("cat").inputs == [clamp.outputs[0], "x"]
-    assert params(q, clamp.outputs[0]) == params(q, "cat") == params(q, "x")
+    assert params(q, "x") == choose_qparams(cal["x"].min(), cal["x"].max()) == params(q, "cat")
+    clamps = [n for n in q.nodes if n.op == "clamp"]
+    if head == "softmax":
+        assert params(q, "s") == QuantParams((1 / 256,), (-128,))
+        assert [c.inputs for c in clamps] == [["s"]] and q.node("cat").inputs == [clamps[0].outputs[0], "x"]
+    else:
+        assert not clamps and params(q, "s") == params(q, "x")
     test = {"x": rng.standard_normal((64, 1, 16)).astype(np.float32)}
     rep = report(g, q, test)
     assert rep["tensors"]["x"]["sqnr_db"] > 35.0 and rep["outputs"]["probs"] > 30.0  # landed code: 2.2 dB and 16.6 dB

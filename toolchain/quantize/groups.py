@@ -6,11 +6,11 @@ inputs); the other nodes form float islands.
 
 Tensors that must share parameters (data movement, average pooling, concat)
 form groups. A group is pinned when a member's parameters are given (by the
-source's QDQ parameters) or fixed by its op (softmax's and sigmoid's 1/256,
-tanh's 1/128). The rule: every tensor's int8 range covers its calibrated
-float range. So two groups merge only when their constraints agree: two pins
-must be equal, and a fixed pin must cover the calibrated range of the group it
-would absorb (to within one step: a sigmoid reaches 1.0, its grid 255/256).
+source's QDQ parameters) or fixed by its op (softmax's 1/256). The rule:
+every tensor's int8 range covers its calibrated float range. So two groups
+merge only when their constraints agree: two pins must be equal, and a fixed
+pin must cover the calibrated range of the group it would absorb (to within
+one step: a softmax reaches 1.0, its grid 255/256).
 Where they disagree, a requantizing `clamp` (bounds ±inf) is inserted on the
 edge: before a data-movement op's input, or on a concat input, so the concat
 is calibrated over all its inputs (TFLite requantizes such concat inputs

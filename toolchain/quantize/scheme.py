@@ -23,11 +23,12 @@ SHARES_INPUT = frozenset({"max_pool2d", "reshape", "transpose", "slice", "split"
 DATA_MOVEMENT = (SHARES_INPUT - {"avg_pool2d", "global_avg_pool"}) | {"concat"}
 # Every input and the output share one scale and zero point.
 UNIFIED = frozenset({"concat"})
-# Outputs with parameters fixed by the kernel.
+# Outputs with parameters fixed by the kernel: arm_softmax_s8 writes 1/256 steps from -128. (TFLite also
+# fixes LOGISTIC's and TANH's; Kiln runs them, like every int8 elementwise function, through a table that
+# maps to any output parameters, so their outputs are calibrated: a tanh of small values keeps its
+# precision instead of a 1/128 grid.)
 FIXED_OUTPUT = {
     "softmax": QuantParams((1.0 / 256.0,), (-128,)),
-    "sigmoid": QuantParams((1.0 / 256.0,), (-128,)),
-    "tanh": QuantParams((1.0 / 128.0,), (0,)),
 }
 # Ops whose input 1 is a weight tensor and input 2 an optional bias; value: the weights' output-channel axis.
 WEIGHTED = {"conv2d": 0, "depthwise_conv2d": 3, "fully_connected": 0}
