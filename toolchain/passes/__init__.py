@@ -15,9 +15,11 @@ from toolchain.ir.graph import Graph
 from toolchain.ir.verify import verify
 from toolchain.passes import (
     cancel_transposes,
+    clamp_into_concat,
     conv1d_to_conv2d,
     eliminate_dead,
     fold_batchnorm,
+    fold_bias_add,
     fold_constants,
     fold_flatten_transpose,
     fold_pad,
@@ -69,6 +71,8 @@ PASSES: tuple[Pass, ...] = tuple(
         fold_flatten_transpose,
         merge_reshapes,
         fold_pad,
+        fold_bias_add,
+        clamp_into_concat,
         fuse_activation,
     )
 )
