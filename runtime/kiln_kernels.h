@@ -149,12 +149,15 @@ typedef kiln_pool2d_f32_params_t kiln_avg_pool2d_f32_params_t;
 void kiln_max_pool2d_f32(const kiln_max_pool2d_f32_params_t *p, const float *x, float *y);
 void kiln_avg_pool2d_f32(const kiln_avg_pool2d_f32_params_t *p, const float *x, float *y);
 
-/* Mean over hw = H*W positions per (batch, channel); int8 rounds as avg pool. */
+/* Mean over hw = H*W positions per (batch, channel). int8 as TFLite's MEAN:
+ * y = clamp(out_zp + requantize(sum(x - input_zp), mult, shift)), 1/hw folded
+ * into mult/shift, so the output has its own quantization. */
+typedef struct {
+    int32_t n, hw, c, input_zp, mult, shift, out_zp;
+} kiln_global_avg_pool_s8_params_t;
 typedef struct {
     int32_t n, hw, c;
-} kiln_global_avg_pool_params_t;
-typedef kiln_global_avg_pool_params_t kiln_global_avg_pool_s8_params_t;
-typedef kiln_global_avg_pool_params_t kiln_global_avg_pool_f32_params_t;
+} kiln_global_avg_pool_f32_params_t;
 void kiln_global_avg_pool_s8(const kiln_global_avg_pool_s8_params_t *p, const int8_t *x, int8_t *y);
 void kiln_global_avg_pool_f32(const kiln_global_avg_pool_f32_params_t *p, const float *x, float *y);
 

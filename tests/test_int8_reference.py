@@ -206,13 +206,15 @@ def test_max_pool_clamps_to_activation():
                 assert out[0, oy, ox, c] == min(max(max(win), lo), hi)
 
 
-def test_global_avg_pool_and_param_check():
+def test_global_avg_pool_requantizes_its_mean():
+    """TFLite's MEAN: the sum of x - input_zp times in_scale / (out_scale * count), that 1/count folded into
+    the multiplier (here 0.2 / (0.05 * 4) = 1: an exact mean on the output's grid, rounded half away from zero)."""
     x = np.array([5, -6, 7, 1, -128, -128, 127, 127], np.int8).reshape(1, 2, 2, 2)
-    qp = q(0.2, 0)
-    out = run1("global_avg_pool", [act("x", x.shape, qp)], [act("y", (1, 1, 1, 2), qp)], {}, {"x": x})["y"]
-    assert out.ravel().tolist() == [round_half_away((5 + 7 - 128 + 127) / 4), round_half_away((-6 + 1 - 128 + 127) / 4)]
-    with pytest.raises(KilnError, match="differs from output"):
-        run1("global_avg_pool", [act("x", x.shape, qp)], [act("y", (1, 1, 1, 2), q(0.3, 0))], {}, {"x": x})
+    out = run1("global_avg_pool", [act("x", x.shape, q(0.2, 3))], [act("y", (1, 1, 1, 2), q(0.05, -7))], {}, {"x": x})["y"]
+    sums = [5 + 7 - 128 + 127 - 4 * 3, -6 + 1 - 128 + 127 - 4 * 3]
+    assert out.ravel().tolist() == [s - 7 for s in sums]
+    same = run1("global_avg_pool", [act("x", x.shape, q(0.2, 0))], [act("y", (1, 1, 1, 2), q(0.2, 0))], {}, {"x": x})["y"]
+    assert same.ravel().tolist() == [round_half_away((5 + 7 - 128 + 127) / 4), round_half_away((-6 + 1 - 128 + 127) / 4)]
 
 
 # -- softmax -------------------------------------------------------------------------------------

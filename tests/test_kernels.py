@@ -57,7 +57,7 @@ def _feed(rng, t: Tensor) -> np.ndarray:
 
 
 CALIBRATED = {"conv2d", "depthwise_conv2d", "fully_connected", "add", "sub", "mul",
-              "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp"}
+              "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp", "global_avg_pool"}
 
 
 def _graph(rng, op, inputs, outputs, attrs) -> tuple[Graph, dict[str, np.ndarray]]:

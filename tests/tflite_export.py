@@ -19,7 +19,7 @@ Exactness rules:
 - `clamp` is MAXIMUM/MINIMUM (after an int8→int8 QUANTIZE when its output parameters differ);
   a `concat` input with other parameters than the output is requantized by such a QUANTIZE;
   `pad` is PAD when its value quantizes to the zero point, else PADV2; `global_avg_pool` is
-  AVERAGE_POOL_2D over the whole image (`mean=True` writes MEAN instead).
+  MEAN over H and W (keep_dims).
 """
 from __future__ import annotations
 
@@ -54,9 +54,9 @@ class Exported:
     tensors: dict[str, int]
 
 
-def to_tflite(graph: Graph, mean: bool = False) -> Exported:
-    """The graph as a .tflite flatbuffer (raises `NotExportable`); `mean` writes global_avg_pool as MEAN."""
-    ex = _Exporter(graph, mean)
+def to_tflite(graph: Graph) -> Exported:
+    """The graph as a .tflite flatbuffer (raises `NotExportable`)."""
+    ex = _Exporter(graph)
     for node in graph.nodes:
         handler = _HANDLERS.get(node.op)
         if handler is None:
@@ -94,9 +94,8 @@ class Tflm:
 class _Exporter:
     """The TFLite tensors and operators written so far for one graph."""
 
-    def __init__(self, graph: Graph, mean: bool) -> None:
+    def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.mean = mean
         self.tensors: dict[str, me.Tensor] = {}
         self.ops: list[me.Operator] = []
         self.fresh = 0
@@ -226,11 +225,7 @@ def _pool(ex: _Exporter, node: Node) -> None:
 
 def _global_avg_pool(ex: _Exporter, node: Node) -> None:
     x, y = ex.tensor(node.inputs[0]), ex.tensor(node.outputs[0])
-    if ex.mean:
-        ex.emit(Op.MEAN, [x, ex.const(np.array([1, 2], np.int32))], [y], "ReducerOptions", keepDims=True)
-        return
-    _, h, w, _ = ex.graph.tensors[node.inputs[0]].shape
-    ex.emit(Op.AVERAGE_POOL_2D, [x], [y], "Pool2DOptions", padding=tfl.Padding.VALID, strideH=1, strideW=1, filterHeight=h, filterWidth=w)
+    ex.emit(Op.MEAN, [x, ex.const(np.array([1, 2], np.int32))], [y], "ReducerOptions", keepDims=True)
 
 
 def _reshape(ex: _Exporter, node: Node) -> None:

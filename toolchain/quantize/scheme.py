@@ -17,10 +17,12 @@ from toolchain.numerics.fixedpoint import INT8_MAX, INT8_MIN, INT32_MAX, INT32_M
 
 WEIGHT_MAX = 127  # symmetric weights use [-127, 127]
 
-# Outputs take the (first) input's parameters: data movement and average pooling.
-SHARES_INPUT = frozenset({"max_pool2d", "reshape", "transpose", "slice", "split", "pad", "resize_nearest", "avg_pool2d", "global_avg_pool"})
+# Outputs take the (first) input's parameters: data movement and windowed average pooling (TFLite's
+# AVERAGE_POOL_2D). A global average pool requantizes (TFLite's MEAN): its output, far narrower than its
+# input, gets its own parameters.
+SHARES_INPUT = frozenset({"max_pool2d", "reshape", "transpose", "slice", "split", "pad", "resize_nearest", "avg_pool2d"})
 # Ops that only move values: in a QDQ source their outputs stay on the input's int8 grid.
-DATA_MOVEMENT = (SHARES_INPUT - {"avg_pool2d", "global_avg_pool"}) | {"concat"}
+DATA_MOVEMENT = (SHARES_INPUT - {"avg_pool2d"}) | {"concat"}
 # Every input and the output share one scale and zero point.
 UNIFIED = frozenset({"concat"})
 # Outputs with parameters fixed by the kernel: arm_softmax_s8 writes 1/256 steps from -128. (TFLite also
