@@ -72,6 +72,14 @@ typedef struct {
 void kiln_fully_connected_s8(const kiln_fully_connected_s8_params_t *p, const int8_t *x, const int8_t *w,
                              const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y);
 
+/* y[b] = requantize((a[b] + a_offset) x (b[b] + b_offset)) for batches of
+ * [m][k] by [k][n] matrices: a product of two activations (attention), as
+ * TFLite's BATCH_MATMUL. */
+typedef struct {
+    int32_t batches, m, k, n, a_offset, b_offset, out_mult, out_shift, out_zp, act_min, act_max;
+} kiln_batch_matmul_s8_params_t;
+void kiln_batch_matmul_s8(const kiln_batch_matmul_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y);
+
 /* ---- convolution and fully connected, float ----------------------------- */
 
 typedef struct {
@@ -94,6 +102,11 @@ typedef struct {
 } kiln_fully_connected_f32_params_t;
 void kiln_fully_connected_f32(const kiln_fully_connected_f32_params_t *p, const float *x, const float *w,
                               const float *bias, float *y);
+
+typedef struct {
+    int32_t batches, m, k, n, act_min_bits, act_max_bits;
+} kiln_batch_matmul_f32_params_t;
+void kiln_batch_matmul_f32(const kiln_batch_matmul_f32_params_t *p, const float *a, const float *b, float *y);
 
 /* ---- broadcasting binary ops --------------------------------------------- */
 

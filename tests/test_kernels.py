@@ -56,7 +56,7 @@ def _feed(rng, t: Tensor) -> np.ndarray:
     return rng.uniform(-2, 2, size=t.shape).astype(np.float32)
 
 
-CALIBRATED = {"conv2d", "depthwise_conv2d", "fully_connected", "add", "sub", "mul",
+CALIBRATED = {"conv2d", "depthwise_conv2d", "fully_connected", "batch_matmul", "add", "sub", "mul",
               "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp", "global_avg_pool"}
 
 
@@ -202,6 +202,13 @@ def global_pool_case(rng, dtype):
     return _graph(rng, "global_avg_pool", [x], [act("y", (n, 1, 1, c), x.quant, dtype)], {})
 
 
+def batch_matmul_case(rng, dtype):
+    lead = tuple(int(v) for v in rng.integers(1, 3, size=int(rng.integers(0, 2, endpoint=True)), endpoint=True))
+    m, k, n = (int(v) for v in rng.integers(1, [5, 24, 5], endpoint=True))
+    a, b = _qact(rng, "a", (*lead, m, k), dtype), _qact(rng, "b", (*lead, k, n), dtype)
+    return _graph(rng, "batch_matmul", [a, b], [_qact(rng, "y", (*lead, m, n), dtype)], _act_attrs(rng))
+
+
 def softmax_case(rng, dtype):
     shape = tuple(int(v) for v in rng.integers(1, [3, 4, 40], endpoint=True))
     x = act("x", shape, q(_scale(rng, 1e-2, 4.0), _zp(rng)) if dtype == "int8" else None, dtype)
@@ -312,6 +319,7 @@ GENERATORS = {
     "conv2d": lambda rng, dt: conv_case(rng, dt, "conv2d"),
     "depthwise_conv2d": lambda rng, dt: conv_case(rng, dt, "depthwise_conv2d"),
     "fully_connected": fc_case,
+    "batch_matmul": batch_matmul_case,
     **{op: (lambda op: lambda rng, dt: binary_case(rng, dt, op))(op) for op in ("add", "sub", "mul")},
     **{op: (lambda op: lambda rng, dt: pool_case(rng, dt, op))(op) for op in ("max_pool2d", "avg_pool2d")},
     "global_avg_pool": global_pool_case,

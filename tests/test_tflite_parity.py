@@ -9,7 +9,7 @@ each graph is written as a .tflite flatbuffer with the same tensors and paramete
    explicit paddings, zero points at −128 and 127, per-channel weight scales spanning three
    orders of magnitude, power-of-two scales whose rescaling meets rounding ties, inputs at the
    int8 extremes, every fused activation and ranges TFLite has no fused form for): conv,
-   depthwise conv, fully connected, add, sub, mul, max/average pooling, global average pooling
+   depthwise conv, fully connected, batch matmul, add, sub, mul, max/average pooling, global average pooling
    (written as MEAN, requantizing to its own output parameters),
    softmax, reshape, transpose, concat (requantizing inputs too), pad, clamp, quantize and
    dequantize are bit for bit.
@@ -155,6 +155,17 @@ def fully_connected_graph(rng: np.random.Generator) -> Graph:
     if rng.random() < 0.8:
         inputs.append(bias(rng, in_s, inputs[1], oc))
     return one_op("fully_connected", inputs, q(out_s, out_zp), activation(rng, out_s, out_zp))
+
+
+def batch_matmul_graph(rng: np.random.Generator) -> Graph:
+    """A product of two activations ([..., m, k] @ [..., k, n]), both with zero points."""
+    lead = tuple(int(v) for v in rng.integers(1, 4, size=int(rng.integers(0, 3))))
+    m, k, n = int(rng.integers(1, 9)), int(rng.integers(1, 41)), int(rng.integers(1, 9))
+    scale = Scales(rng)
+    a_s, b_s = scale(log_uniform(rng, -3, -0.5)), scale(log_uniform(rng, -3, -0.5))
+    out_s, out_zp = scale(a_s * b_s * 128 * math.sqrt(k) * log_uniform(rng, 0.5, 1.5)), zero_point(rng)
+    inputs = [act("a", (*lead, m, k), q(a_s, zero_point(rng))), act("b", (*lead, k, n), q(b_s, zero_point(rng)))]
+    return one_op("batch_matmul", inputs, q(out_s, out_zp), activation(rng, out_s, out_zp))
 
 
 def binary_graph(rng: np.random.Generator, op: str) -> Graph:
@@ -304,6 +315,7 @@ SWEEPS = {
     "conv2d": lambda rng: conv_graph(rng, "conv2d"),
     "depthwise_conv2d": lambda rng: conv_graph(rng, "depthwise_conv2d"),
     "fully_connected": fully_connected_graph,
+    "batch_matmul": batch_matmul_graph,
     "add": lambda rng: binary_graph(rng, "add"),
     "sub": lambda rng: binary_graph(rng, "sub"),
     "mul": lambda rng: binary_graph(rng, "mul"),

@@ -210,6 +210,20 @@ def _fully_connected(ex: _Exporter, node: Node) -> None:
     ex.with_activation(node, Op.FULLY_CONNECTED, [ex.tensor(n) for n in node.inputs], "FullyConnectedOptions")
 
 
+def _batch_matmul(ex: _Exporter, node: Node) -> None:
+    """BATCH_MATMUL has no fused activation: a bounded one follows as MAXIMUM/MINIMUM."""
+    out = node.outputs[0]
+    inputs = [ex.tensor(n) for n in node.inputs]
+    bounds = (float(node.attrs.get("act_min", -math.inf)), float(node.attrs.get("act_max", math.inf)))
+    if bounds == (-math.inf, math.inf):
+        ex.emit(Op.BATCH_MATMUL, inputs, [ex.tensor(out)], "BatchMatMulOptions", adjX=False, adjY=False)
+        return
+    pre = ex.temp(out)
+    ex.emit(Op.BATCH_MATMUL, inputs, [pre], "BatchMatMulOptions", adjX=False, adjY=False)
+    q = ex.graph.tensors[out].quant
+    ex.clamp_to(pre, *model_activation_range(*bounds, q.scale[0], q.zero_point[0]), out)
+
+
 def _binary(ex: _Exporter, node: Node) -> None:
     code, options = {"add": (Op.ADD, "AddOptions"), "sub": (Op.SUB, "SubOptions"), "mul": (Op.MUL, "MulOptions")}[node.op]
     ex.with_activation(node, code, [ex.tensor(n) for n in node.inputs], options)
@@ -299,6 +313,7 @@ _HANDLERS: dict[str, Callable[[_Exporter, Node], None]] = {
     "conv2d": _conv,
     "depthwise_conv2d": _conv,
     "fully_connected": _fully_connected,
+    "batch_matmul": _batch_matmul,
     "add": _binary,
     "sub": _binary,
     "mul": _binary,

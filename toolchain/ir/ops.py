@@ -132,6 +132,18 @@ def _fully_connected(node, ins):
     return [((x.shape[0], w.shape[0]), x.dtype)]
 
 
+@op("batch_matmul", "kernel", frozenset({"float32", "int8"}))
+def _batch_matmul(node, ins):
+    a, b = ins
+    if len(a.shape) < 2 or len(b.shape) != len(a.shape) or a.shape[:-2] != b.shape[:-2]:
+        raise OpError(f"expects operands [..., M, K] and [..., K, N] with the same batch dims, got {a.shape} and {b.shape}")
+    if a.shape[-1] != b.shape[-2]:
+        raise OpError(f"inner dims differ: {a.shape} @ {b.shape}")
+    if a.dtype != b.dtype:
+        raise OpError(f"input dtypes differ: {a.dtype} and {b.dtype}")
+    return [((*a.shape[:-1], b.shape[-1]), a.dtype)]
+
+
 def _binary(node, ins):
     a, b = ins
     if a.dtype != b.dtype:

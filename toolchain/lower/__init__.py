@@ -21,6 +21,7 @@ PORTABLE: dict[str, Rule] = {
     "conv2d": conv.lower_conv2d,
     "depthwise_conv2d": conv.lower_depthwise,
     "fully_connected": conv.lower_fully_connected,
+    "batch_matmul": conv.lower_batch_matmul,
     "add": binary.lower_binary,
     "sub": binary.lower_binary,
     "mul": binary.lower_binary,

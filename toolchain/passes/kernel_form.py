@@ -7,7 +7,7 @@ from toolchain.ir.ops import OPS
 
 REASONS = {
     "Conv": "needs constant weights and bias and a 1-D or 2-D input",
-    "MatMul": "needs a constant weight (a product of two activations has no kernel)",
+    "MatMul": "needs a constant weight, or two activations of one rank >= 2 with the same batch dims",
     "Gemm": "needs a constant B (a product of two activations has no kernel), and beta = 1 for a non-constant C",
     "BatchNormalization": "needs constant parameters",
     "Clip": "needs constant bounds",

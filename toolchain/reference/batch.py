@@ -24,7 +24,7 @@ from toolchain.reference.executor import FLOAT_IMPLS, Impl
 SAMPLEWISE = frozenset({
     "conv2d", "depthwise_conv2d", "fully_connected", "add", "sub", "mul", "div", "max_pool2d", "avg_pool2d",
     "global_avg_pool", "resize_nearest", "clamp", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish",
-    "silu", "gelu", "quantize", "dequantize"})
+    "silu", "gelu", "quantize", "dequantize", "batch_matmul"})
 
 BROADCASTING = frozenset({"add", "sub", "mul", "div"})
 

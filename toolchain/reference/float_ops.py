@@ -54,6 +54,11 @@ def _fully_connected(node, ins):
     return [_act(node, y if b is None else y + _f64(b))]
 
 
+@impl("batch_matmul")
+def _batch_matmul(node, ins):
+    return [_act(node, np.matmul(_f64(ins[0]), _f64(ins[1])))]
+
+
 @impl("add")
 def _add(node, ins):
     return [_act(node, _f64(ins[0]) + _f64(ins[1]))]

@@ -35,6 +35,15 @@ def _mul(graph: Graph, node: Node, ins):
     return [to_output(prod, mult, shift, qy[1], *act_bounds(graph, node))]
 
 
+@int8_impl("batch_matmul")
+def _batch_matmul(graph: Graph, node: Node, ins):
+    """TFLite's int8 BATCH_MATMUL: sum over k of (a - a_zp)(b - b_zp), exact, wrapped to int32, requantized."""
+    qa, qb, qy = _params(graph, node.inputs + node.outputs)
+    mult, shift = mul_multiplier(qa[0], qb[0], qy[0])
+    acc = np.matmul(ins[0].astype(np.int64) - qa[1], ins[1].astype(np.int64) - qb[1])
+    return [to_output(wrap_int32(acc), mult, shift, qy[1], *act_bounds(graph, node))]
+
+
 @int8_impl("softmax")
 def _softmax(graph: Graph, node: Node, ins):
     (in_scale, _), out = io_params(graph, node)
