@@ -174,6 +174,27 @@ typedef struct {
 void kiln_global_avg_pool_s8(const kiln_global_avg_pool_s8_params_t *p, const int8_t *x, int8_t *y);
 void kiln_global_avg_pool_f32(const kiln_global_avg_pool_f32_params_t *p, const float *x, float *y);
 
+/* ---- layer normalization (over the last axis) ------------------------------ */
+
+/* int8, in integers only: with d = x - input_zp over a row, S = sum d and
+ * V = size * sum d^2 - S^2 + eps (eps = eps_hi * 2^31 + eps_lo, the epsilon in
+ * input steps), s = isqrt(V * 4^F) in [2^30, 2^31), inv = floor(2^62 / s),
+ * n = round((size * d - S) * inv / 2^(62 - F - KILN_LAYER_NORM_FRACTION)),
+ * y = clamp(out_zp + round((n * gamma + beta * 2^bias_shift) / 2^out_shift)),
+ * roundings half up, in int64; gamma and beta int32 per element of the row. */
+#define KILN_LAYER_NORM_FRACTION 16
+typedef struct {
+    int32_t rows, size, input_zp, eps_hi, eps_lo, out_shift, bias_shift, out_zp, act_min, act_max;
+} kiln_layer_norm_s8_params_t;
+void kiln_layer_norm_s8(const kiln_layer_norm_s8_params_t *p, const int8_t *x, const int32_t *gamma, const int32_t *beta,
+                        int8_t *y);
+
+typedef struct {
+    int32_t rows, size, eps_bits, act_min_bits, act_max_bits;
+} kiln_layer_norm_f32_params_t;
+void kiln_layer_norm_f32(const kiln_layer_norm_f32_params_t *p, const float *x, const float *gamma, const float *beta,
+                         float *y);
+
 /* ---- softmax --------------------------------------------------------------- */
 
 /* arm_softmax_s8: mult/shift scale input differences into Q5.26, differences

@@ -111,6 +111,8 @@ ACTIVATIONS = [
     Case("softmax_default", "Softmax", X4),
     Case("softmax_opset11_coerced", "Softmax", {"x": (2, 3, 4)}, {"axis": 1}, opset=11),
     Case("softmax_opset11_default", "Softmax", {"x": (2, 3, 4)}, opset=11),
+    Case("layer_norm_last_axis", "LayerNormalization", {"x": (2, 3, 8)}, {"epsilon": 1e-3}, {"s": _w(8), "b": _w(8, seed=2)}),
+    Case("layer_norm_two_axes_no_bias", "LayerNormalization", X4, {"axis": 2}, {"s": _w(7, 1, seed=3)}),
 ]
 POOLS = [
     Case("maxpool", "MaxPool", X4, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),

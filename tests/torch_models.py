@@ -46,6 +46,14 @@ def _bn1d(channels: int) -> nn.BatchNorm1d:
     return bn
 
 
+def _layer_norm(size: int) -> nn.LayerNorm:
+    norm = nn.LayerNorm(size)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(size) * 0.5 + 1)
+        norm.bias.copy_(torch.randn(size) * 0.2)
+    return norm
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -87,6 +95,8 @@ CASES = [
     _case("gelu", lambda: nn.GELU(), [X], "Gelu"),
     _case("gelu_tanh", lambda: nn.GELU(approximate="tanh"), [X], "Gelu"),
     _case("softmax", lambda: nn.Softmax(dim=1), [X], "Softmax"),
+    _case("layer_norm", lambda: _layer_norm(8), [(2, 3, 8)], "LayerNormalization"),
+    _case("layer_norm_two_axes", lambda: nn.LayerNorm([8, 8], elementwise_affine=False), [X], "LayerNormalization"),
     _case("max_pool", lambda: nn.MaxPool2d(3, stride=2, padding=1), [X], "MaxPool"),
     _case("max_pool_ceil_dilated", lambda: nn.MaxPool2d(2, stride=2, dilation=2, ceil_mode=True), [(1, 2, 9, 9)], "MaxPool"),
     _case("avg_pool_count_pad", lambda: nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=True), [X], "AveragePool"),

@@ -25,6 +25,19 @@ def test_per_channel_adds_become_biases() -> None:
     assert_same_values(g, out)
 
 
+def test_an_add_after_a_channel_keeping_reshape_folds_too() -> None:
+    """lower_matmul's MatMul of a [1, T, F] input: fully_connected between reshapes, then the exporter's Add."""
+    b = Builder()
+    rows = b.op("reshape", [b.input("x", (1, 3, 4))], {"shape": [3, 4]})
+    fc = b.op("fully_connected", [rows, b.weight("w", 5, 4)], no_act(), name="fc")
+    back = b.op("reshape", [fc], {"shape": [1, 3, 5]})
+    g = b.output(b.op("add", [back, b.weight("bias", 5, seed=1)], {"act_min": 0.0, "act_max": np.inf}, name="add"))
+    out, changed = run_pass(fold_bias_add, g)
+    assert changed and ops(out) == ["reshape", "fully_connected", "reshape"]
+    assert out.node("fc").attrs["act_min"] == 0.0 and out.producers()[out.outputs[0]].op == "reshape"
+    assert_same_values(g, out)
+
+
 def test_other_adds_are_left_alone() -> None:
     b = Builder()
     x = b.input("x", (1, 5, 5, 2))

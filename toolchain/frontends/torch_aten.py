@@ -91,6 +91,15 @@ def _batch_norm(e: Emitter, a: dict[str, Any]) -> None:
     e.finish("BatchNormalization", inputs, {"epsilon": float(a["eps"])})
 
 
+@aten("native_layer_norm.default")
+def _layer_norm(e: Emitter, a: dict[str, Any]) -> None:
+    shape = e.shape(a["input"])
+    inner = tuple(int(d) for d in a["normalized_shape"])
+    scale = e.tensor(a["weight"]) if a["weight"] is not None else e.const("scale", np.ones(inner, np.float32))
+    bias = e.tensor(a["bias"]) if a["bias"] is not None else e.const("bias", np.zeros(inner, np.float32))
+    e.finish("LayerNormalization", [e.tensor(a["input"]), scale, bias], {"axis": len(shape) - len(inner), "epsilon": float(a["eps"])})
+
+
 # -- activations ---------------------------------------------------------------
 def _unary(op: str, *names: str, **attrs: Any) -> None:
     aten(*names)(lambda e, a: e.finish(op, [e.tensor(a["self"])], attrs))

@@ -132,6 +132,16 @@ def _fully_connected(node, ins):
     return [((x.shape[0], w.shape[0]), x.dtype)]
 
 
+@op("layer_norm", "kernel", frozenset({"float32", "int8"}))
+def _layer_norm(node, ins):
+    x, gamma, beta = ins
+    size = x.shape[-1] if x.shape else 0
+    for name, t in (("gamma", gamma), ("beta", beta)):
+        if t is None or t.shape != (size,) or t.dtype != "float32":
+            raise OpError(f"{name} must be float32 of shape ({size},), one value per element of the last axis")
+    return [(x.shape, x.dtype)]
+
+
 @op("batch_matmul", "kernel", frozenset({"float32", "int8"}))
 def _batch_matmul(node, ins):
     a, b = ins
@@ -318,6 +328,16 @@ def _onnx_matmul(node, ins):
     if len(b.shape) == 1:
         shape = shape[:-1]
     return [(shape, a.dtype)]
+
+
+@op("LayerNormalization", "source", FLOAT)
+def _onnx_layer_norm(node, ins):
+    x = ins[0]
+    axis = norm_axis(int(node.attrs.get("axis", -1)), len(x.shape))
+    for t in ins[1:3]:
+        if t is not None and broadcast(x.shape[axis:], t.shape) != x.shape[axis:]:
+            raise OpError(f"parameter shape {t.shape} does not broadcast to the normalized shape {x.shape[axis:]}")
+    return [(x.shape, x.dtype)]
 
 
 @op("BatchNormalization", "source", FLOAT)

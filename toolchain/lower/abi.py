@@ -54,6 +54,8 @@ _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]
     *[(f"kiln_{op}_f32", _POOL + _f("act_min_bits act_max_bits"), ((_F32,), (_F32,))) for op in ("max_pool2d", "avg_pool2d")],
     ("kiln_global_avg_pool_s8", _f("n hw c input_zp mult shift out_zp"), ((_S8,), (_S8,))),
     ("kiln_global_avg_pool_f32", _f("n hw c"), ((_F32,), (_F32,))),
+    ("kiln_layer_norm_s8", _f("rows size input_zp eps_hi eps_lo out_shift bias_shift out_zp act_min act_max"), ((_S8, _S32, _S32), (_S8,))),
+    ("kiln_layer_norm_f32", _f("rows size eps_bits act_min_bits act_max_bits"), ((_F32, _F32, _F32), (_F32,))),
     ("kiln_softmax_s8", _f("rows row_size mult shift diff_min"), ((_S8,), (_S8,))),
     ("kiln_softmax_f32", _f("rows row_size beta_bits"), ((_F32,), (_F32,))),
     ("kiln_lut_s8", _f("size"), ((_S8, _S8), (_S8,))),

@@ -27,12 +27,13 @@ import numpy as np
 
 from toolchain.errors import KilnError, node_context
 from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
-from toolchain.quantize.scheme import DATA_MOVEMENT, FIXED_OUTPUT, FLOAT_ONLY, SHARES_INPUT, UNIFIED, WEIGHTED, choose_qparams
+from toolchain.quantize.scheme import (DATA_MOVEMENT, FIXED_OUTPUT, FLOAT_ONLY, PARAMETERS, SHARES_INPUT, UNIFIED, WEIGHTED,
+                                      choose_qparams)
 
 
 def activation_inputs(node: Node) -> list[str]:
     """The inputs that carry activation-like values (weights and biases of weighted ops excluded)."""
-    names = node.inputs[:1] if node.op in WEIGHTED else node.inputs
+    names = node.inputs[:1] if node.op in WEIGHTED or node.op in PARAMETERS else node.inputs
     return [i for i in names if i]
 
 

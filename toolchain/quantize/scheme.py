@@ -34,6 +34,8 @@ FIXED_OUTPUT = {
 }
 # Ops whose input 1 is a weight tensor and input 2 an optional bias; value: the weights' output-channel axis.
 WEIGHTED = {"conv2d": 0, "depthwise_conv2d": 3, "fully_connected": 0}
+# Ops whose inputs after the first are float parameters the lower stage folds into integers (never int8 tensors).
+PARAMETERS = frozenset({"layer_norm"})
 # Ops without an int8 kernel.
 FLOAT_ONLY = frozenset({"div", "quantize", "dequantize"})
 

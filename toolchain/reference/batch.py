@@ -34,7 +34,7 @@ Visit = Callable[[str, np.ndarray], None]
 def _folded(node: Node, rank: int, samples: int) -> Node | None:
     """`node` rewritten for `samples` samples folded into axis 0, or None when its op mixes axis 0."""
     a = node.attrs
-    if node.op in SAMPLEWISE or (node.op == "softmax" and rank > 1):
+    if node.op in SAMPLEWISE or (node.op in ("softmax", "layer_norm") and rank > 1):
         return node
     if node.op in ("concat", "split"):
         return node if norm_axis(a["axis"], rank) != 0 else None

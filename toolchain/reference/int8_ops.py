@@ -6,6 +6,7 @@ import numpy as np
 from toolchain.ir.graph import Graph, Node
 from toolchain.numerics.fixedpoint import INT8_MAX, INT8_MIN, clamp, quantize_value, requantize, round_half_away, wrap_int32
 from toolchain.numerics.functions import ELEMENTWISE_OPS
+from toolchain.numerics.layernorm import layer_norm_params, layer_norm_s8
 from toolchain.numerics.lut import apply_lut, op_table
 from toolchain.numerics.params import add_params, mul_multiplier, requant_multiplier
 from toolchain.numerics.softmax import OUTPUT_SCALE, OUTPUT_ZERO_POINT, softmax_params, softmax_s8
@@ -33,6 +34,14 @@ def _mul(graph: Graph, node: Node, ins):
     mult, shift = mul_multiplier(qa[0], qb[0], qy[0])
     prod = (ins[0].astype(np.int64) - qa[1]) * (ins[1].astype(np.int64) - qb[1])
     return [to_output(prod, mult, shift, qy[1], *act_bounds(graph, node))]
+
+
+@int8_impl("layer_norm")
+def _layer_norm(graph: Graph, node: Node, ins):
+    """Integer layer norm over the last axis (toolchain.numerics.layernorm)."""
+    gamma, beta = (graph.tensors[n].data for n in node.inputs[1:3])
+    params = layer_norm_params(gamma, beta, float(node.attrs.get("epsilon", 1e-5)), *io_params(graph, node))
+    return [layer_norm_s8(ins[0], params, *act_bounds(graph, node))]
 
 
 @int8_impl("batch_matmul")

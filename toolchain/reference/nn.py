@@ -84,6 +84,17 @@ def gelu(x: np.ndarray, approximate: str) -> np.ndarray:
     return 0.5 * x * (1.0 + np.vectorize(erf, otypes=[np.float64])(x / sqrt(2.0)))
 
 
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, axes: int, epsilon: float) -> np.ndarray:
+    """Normalize over the last `axes` axes (population variance), then scale and shift (a constant row with
+    epsilon 0 is 0/0: NaN, as ONNX computes it)."""
+    x = np.asarray(x, np.float64)
+    over = tuple(range(x.ndim - axes, x.ndim))
+    centered = x - x.mean(axis=over, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = centered / np.sqrt((centered * centered).mean(axis=over, keepdims=True) + epsilon) * np.asarray(gamma, np.float64)
+    return y if beta is None else y + np.asarray(beta, np.float64)
+
+
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
     x = np.asarray(x, np.float64)
     e = np.exp(x - x.max(axis=axis, keepdims=True))

@@ -94,6 +94,14 @@ def _gelu(node, ins):
     return [nn.gelu(ins[0], node.attrs.get("approximate", "none"))]
 
 
+@impl("LayerNormalization")
+def _layer_norm(node, ins):
+    x = ins[0]
+    axis = int(node.attrs.get("axis", -1)) % x.ndim
+    beta = ins[2] if len(ins) > 2 else None
+    return [nn.layer_norm(x, ins[1], beta, x.ndim - axis, node.attrs.get("epsilon", 1e-5))]
+
+
 @impl("Softmax")
 def _softmax(node, ins):
     return [nn.softmax(ins[0], node.attrs.get("axis", -1))]

@@ -70,6 +70,14 @@ _direct("HardSigmoid", alpha=0.2, beta=0.5)
 _direct("Gelu", approximate="none")
 _direct("Gemm", alpha=1.0, beta=1.0, transA=0, transB=0)
 _direct("BatchNormalization", epsilon=1e-5)
+
+
+@handles("LayerNormalization")
+def _layer_norm(cx: Converter, n: OnnxNode) -> None:
+    """Y only: the optional Mean and InvStdDev outputs (training statistics) have no kernel; a reader of them
+    fails as reading an unknown tensor."""
+    attrs = {"axis": int(n.attrs.get("axis", -1)), "epsilon": float(np.float32(n.attrs.get("epsilon", 1e-5)))}
+    cx.emit("LayerNormalization", n.inputs, n.outputs[:1], attrs, n.name)
 _direct("Flatten", axis=1)
 _direct("Gather", axis=0)
 _direct("Reshape", allowzero=0)
