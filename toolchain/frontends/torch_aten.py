@@ -147,8 +147,10 @@ def _rsqrt(e: Emitter, a: dict[str, Any]) -> None:
     e.finish("Reciprocal", [e.step("Sqrt", [e.tensor(a["self"])], {}, "sqrt")])
 
 
-@aten("_softmax.default")
+@aten("_softmax.default", "_safe_softmax.default")
 def _softmax(e: Emitter, a: dict[str, Any]) -> None:
+    """`_safe_softmax` (scaled_dot_product_attention's) differs only on rows that are -inf throughout (fully
+    masked), which a quantized model cannot hold: it is Softmax."""
     e.finish("Softmax", [e.tensor(a["self"])], {"axis": _axis(a["dim"], len(e.shape(a["self"])))})
 
 
@@ -166,10 +168,10 @@ def _binary(op: str, *names: str) -> None:
     aten(*names)(handler)
 
 
-_binary("Add", "add.Tensor")
-_binary("Sub", "sub.Tensor")
-_binary("Mul", "mul.Tensor")
-_binary("Div", "div.Tensor")
+_binary("Add", "add.Tensor", "add.Scalar")
+_binary("Sub", "sub.Tensor", "sub.Scalar")
+_binary("Mul", "mul.Tensor", "mul.Scalar")
+_binary("Div", "div.Tensor", "div.Scalar")
 
 
 @aten("pow.Tensor_Scalar", "pow.Tensor_Tensor")
