@@ -20,6 +20,8 @@ default (MinMax); the test suite holds it above -1 dB on every pattern.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import math
@@ -104,9 +106,10 @@ def ort_quantized(source: Path, target: Path, calibration: dict[str, np.ndarray]
 
     logging.disable(logging.WARNING)
     try:
-        quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=getattr(CalibrationMethod, method))
+        with contextlib.redirect_stdout(io.StringIO()):  # its histogram calibrators print their progress
+            quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                            calibrate_method=getattr(CalibrationMethod, method))
     finally:
         logging.disable(logging.NOTSET)
     return onnx.load(str(target))

@@ -39,21 +39,40 @@ def test_minmax_is_exact_extremes():
     assert feed(MinMaxObserver(), samples) == (-3.25, 5.5)
 
 
+def batches(*extremes: tuple[float, float]) -> list[np.ndarray]:
+    """One batch of MovingAverageObserver.BATCH samples per (lo, hi): its first sample holds both, the rest 0."""
+    out = []
+    for lo, hi in extremes:
+        out += [np.array([lo, hi])] + [np.zeros(2)] * (MovingAverageObserver.BATCH - 1)
+    return out
+
+
 def test_moving_average_matches_closed_form():
     c = 0.1
-    first = np.array([0.0, 1.0])
-    later = [np.array([-1.0, 2.0])] * 30
-    lo, hi = feed(MovingAverageObserver(c), [first] + later)
-    # each later sample moves the average a fraction c towards (-1, 2)
-    assert hi == pytest.approx(2.0 - 1.0 * (1 - c) ** 30, rel=1e-12)
-    assert lo == pytest.approx(-1.0 + 1.0 * (1 - c) ** 30, rel=1e-12)
+    # batches 1..10 weigh 1/k (an equal average: hi (1 + 9 * 2) / 10 = 1.9), then 30 more each move it by c towards 2
+    lo, hi = feed(MovingAverageObserver(c), batches((0.0, 1.0), *[(-1.0, 2.0)] * 39))
+    assert hi == pytest.approx(2.0 - 0.1 * (1 - c) ** 30, rel=1e-12)
+    assert lo == pytest.approx(-1.0 + 0.1 * (1 - c) ** 30, rel=1e-12)
 
 
-def test_moving_average_damps_a_single_outlier():
-    samples = [np.array([0.0, 1.0])] * 50 + [np.array([0.0, 100.0])] + [np.array([0.0, 1.0])] * 5
-    lo, hi = feed(MovingAverageObserver(0.01), samples)
+def test_moving_average_damps_a_single_outlier_batch():
+    lo, hi = feed(MovingAverageObserver(0.01), batches(*[(0.0, 1.0)] * 150, (0.0, 100.0), *[(0.0, 1.0)] * 5))
     assert lo == 0.0
     assert hi == pytest.approx(1.0 + 99.0 * 0.01 * 0.99 ** 5, rel=1e-12)
+
+
+def test_moving_average_takes_a_last_short_batch_and_any_split():
+    rng = np.random.default_rng(4)
+    samples = rng.standard_normal((70, 5))
+    one, whole = MovingAverageObserver(0.01), MovingAverageObserver(0.01)
+    for s in samples:
+        one.observe(s)
+    whole.observe_batch(samples[:33])
+    whole.observe_batch(samples[33:])
+    first, second, third = (samples[i:i + 32] for i in (0, 32, 64))
+    lo = (first.min() + second.min()) / 2
+    lo += (third.min() - lo) / 3
+    assert one.range() == whole.range() and one.range()[0] == pytest.approx(lo, rel=1e-12)
 
 
 def test_percentile_of_uniform():

@@ -205,9 +205,12 @@ def test_every_activation_is_int8_and_graph_verifies(rules):
 def test_sharing_rules(rules):
     _, q, _ = rules
     # max pool and avg pool keep their input's parameters; concat unifies its inputs with its output,
-    # which pulls in the convs feeding the pools; pad, global avg pool and reshape keep theirs
-    shared = {params(q, n) for n in ("c", "d", "p", "a", "cat", "pd", "gap", "r")}
+    # which pulls in the convs feeding the pools; pad keeps them; the global average pool (TFLite's MEAN)
+    # requantizes to a range of its own, which the reshape after it keeps
+    shared = {params(q, n) for n in ("c", "d", "p", "a", "cat", "pd")}
     assert len(shared) == 1
+    assert params(q, "gap") == params(q, "r") != params(q, "pd")
+    assert represented(params(q, "gap"))[1] < represented(params(q, "pd"))[1] / 2  # a mean is far narrower
     assert params(q, "sl") == params(q, "f") and params(q, "t") == params(q, "f")
     assert params(q, "sm") == QuantParams((1 / 256,), (-128,))  # the softmax kernel's fixed output
     assert represented(params(q, "sg"))[0] == 0.0 and represented(params(q, "sg"))[1] <= 1.0  # calibrated, inside (0, 1)
