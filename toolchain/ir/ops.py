@@ -332,12 +332,14 @@ def _onnx_matmul(node, ins):
 
 @op("LayerNormalization", "source", FLOAT)
 def _onnx_layer_norm(node, ins):
+    """Y, and when the node lists them Mean and InvStdDev (float32, the normalized axes kept as 1)."""
     x = ins[0]
     axis = norm_axis(int(node.attrs.get("axis", -1)), len(x.shape))
     for t in ins[1:3]:
         if t is not None and broadcast(x.shape[axis:], t.shape) != x.shape[axis:]:
             raise OpError(f"parameter shape {t.shape} does not broadcast to the normalized shape {x.shape[axis:]}")
-    return [(x.shape, x.dtype)]
+    stats = (x.shape[:axis] + (1,) * (len(x.shape) - axis), "float32")
+    return [(x.shape, x.dtype)] + [stats] * (len(node.outputs) - 1)
 
 
 @op("BatchNormalization", "source", FLOAT)

@@ -3,8 +3,8 @@
 The scale and bias must be constants; they are broadcast to the normalized
 shape and flattened (a missing bias is zeros). Normalizing several trailing
 axes runs on a view that folds them into one, between two reshapes (free in
-the generated code). A LayerNormalization whose mean or inverse-deviation
-outputs are read is left alone (kernel_form reports it).
+the generated code). A LayerNormalization whose Mean or InvStdDev outputs
+are read is left alone (kernel_form reports it).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _lower(rw: Rewriter, node: Node) -> list[Node] | None:
     axis = int(node.attrs.get("axis", -1)) % rank
     scale = rw.const(node.inputs[1])
     bias = rw.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros(1, np.float32)
-    if scale is None or bias is None or any(o and rw.consumers(o) for o in node.outputs[1:]):
+    if scale is None or bias is None or any(rw.consumers(o) or o in rw.graph.outputs for o in node.outputs[1:]):
         return None
     inner = int(np.prod(x.shape[axis:]))
     params = [rw.constant(f"{node.name}/{what}", np.broadcast_to(v, x.shape[axis:]).reshape(inner).astype(np.float32))

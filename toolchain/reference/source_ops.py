@@ -96,10 +96,14 @@ def _gelu(node, ins):
 
 @impl("LayerNormalization")
 def _layer_norm(node, ins):
-    x = ins[0]
+    x = _f64(ins[0])
     axis = int(node.attrs.get("axis", -1)) % x.ndim
     beta = ins[2] if len(ins) > 2 else None
-    return [nn.layer_norm(x, ins[1], beta, x.ndim - axis, node.attrs.get("epsilon", 1e-5))]
+    eps = node.attrs.get("epsilon", 1e-5)
+    over = tuple(range(axis, x.ndim))
+    mean = x.mean(axis=over, keepdims=True)
+    inv_std = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=over, keepdims=True) + eps)
+    return [nn.layer_norm(x, ins[1], beta, x.ndim - axis, eps), mean, inv_std][:len(node.outputs)]
 
 
 @impl("Softmax")

@@ -74,10 +74,11 @@ _direct("BatchNormalization", epsilon=1e-5)
 
 @handles("LayerNormalization")
 def _layer_norm(cx: Converter, n: OnnxNode) -> None:
-    """Y only: the optional Mean and InvStdDev outputs (training statistics) have no kernel; a reader of them
-    fails as reading an unknown tensor."""
+    """The optional Mean and InvStdDev outputs are computed when listed (an absent one in between gets a
+    name); normalization lowers the node only when nothing reads them."""
     attrs = {"axis": int(n.attrs.get("axis", -1)), "epsilon": float(np.float32(n.attrs.get("epsilon", 1e-5)))}
-    cx.emit("LayerNormalization", n.inputs, n.outputs[:1], attrs, n.name)
+    outputs = [o or cx.fresh(f"{n.name}/unused{i}") for i, o in enumerate(n.outputs)]
+    cx.emit("LayerNormalization", n.inputs, outputs, attrs, n.name)
 _direct("Flatten", axis=1)
 _direct("Gather", axis=0)
 _direct("Reshape", allowzero=0)
