@@ -84,3 +84,18 @@ def test_generated_c_is_bit_exact_under_sanitizers(name: str, tmp_path: Path, tm
         for a, b in zip(g, w):
             assert a.dtype == b.dtype and np.array_equal(a, b), f"{name} sample {i}: C {a.ravel()[:8]} != reference {b.ravel()[:8]}"
     assert len({o.tobytes() for row in want for o in row}) > 1, f"{name}: every sample gives the same output"
+
+
+@pytest.mark.parametrize("name", C_PATTERNS)
+def test_onnxruntime_qdq_file_compiles_to_its_own_accuracy(name: str, tmp_path: Path) -> None:
+    """onnxruntime's QDQ file of the pattern, compiled by Kiln from its given parameters alone (no calibration),
+    is as accurate as onnxruntime's own model of it: Kiln's integer arithmetic adds no error worth a dB."""
+    pattern = ptq.BY_NAME[name]
+    source = tmp_path / f"{name}.onnx"
+    onnx.save(pattern.build(), str(source))
+    calibration, test = ptq.data(pattern)
+    qdq = ptq.ort_quantized(source, tmp_path / f"{name}_qdq.onnx", calibration, "MinMax")
+    reference = ptq.float_outputs(pattern.build(), test)
+    quantized = ptq.kiln_quantized(ptq.kiln_graph(tmp_path / f"{name}_qdq.onnx", name), {}, "minmax")
+    kiln, ort = ptq.sqnr(reference, ptq.kiln_outputs(quantized, test)), ptq.sqnr(reference, ptq.float_outputs(qdq, test))
+    assert abs(kiln - ort) < MARGIN_DB, f"{name}: Kiln {kiln:.2f} dB on onnxruntime's QDQ file, onnxruntime {ort:.2f} dB"
