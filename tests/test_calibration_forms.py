@@ -7,7 +7,6 @@ report` reading [N, C, H, W] data. Every wrong shape is one line naming both acc
 """
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import numpy as np
