@@ -209,6 +209,14 @@ def upsample_concat() -> onnx.ModelProto:
     return n.model(n.conv(n.op("Concat", skip, up, axis=1), 12, 4))
 
 
+def upconv_concat() -> onnx.ModelProto:
+    n = Net("upconv_concat", {"x": IMG})
+    skip = n.relu(n.conv("x", 4, 4))
+    low = n.relu(n.conv(n.op("MaxPool", skip, kernel_shape=[2, 2], strides=[2, 2]), 4, 8, gain=2.0))
+    up = n.op("ConvTranspose", low, n.weight(8, 4, 2, 2, fan_in=8), n.const(n.rng.standard_normal(4) * 0.1, "b"), strides=[2, 2])
+    return n.model(n.conv(n.op("Concat", skip, n.relu(up), axis=1), 8, 4))
+
+
 def depthwise_multiplier() -> onnx.ModelProto:
     n = Net("depthwise_multiplier", {"x": IMG})
     return n.model(n.conv(n.relu(n.conv("x", 4, 8, groups=4)), 8, 4, k=1))
@@ -332,6 +340,7 @@ PATTERNS: tuple[Pattern, ...] = (
     Pattern("channel_shuffle", "grouped conv, channel shuffle (reshape/transpose), grouped 1x1", channel_shuffle, normal(x=IMG)),
     Pattern("pad_conv", "explicit zero pad before a 5x5 conv", pad_conv, normal(x=IMG)),
     Pattern("upsample_concat", "U-Net step: pool, conv, nearest upsample, concat with the skip", upsample_concat, normal(x=IMG)),
+    Pattern("upconv_concat", "U-Net step with a 2x2 stride-2 transposed conv (up-convolution) and concat", upconv_concat, normal(x=IMG)),
     Pattern("depthwise_multiplier", "depthwise conv with depth multiplier 2", depthwise_multiplier, normal(x=IMG)),
     Pattern("mobile_block", "MobileNet block: 1x1 expand, ReLU6, depthwise, ReLU6, 1x1 project", mobile_block, normal(x=IMG)),
     Pattern("attention", "self-attention: QK^T, scale, softmax, times V, projection", attention, normal(x=(1, 8, 16))),

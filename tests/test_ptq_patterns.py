@@ -52,8 +52,8 @@ def test_every_range_covers_its_calibrated_values(pattern, tmp_path: Path) -> No
 
 
 # Patterns whose kernels are newest (products of activations, layer norm, a global pool with its own
-# output grid, a requantized concat input, several inputs): their generated C against the reference.
-C_PATTERNS = ("attention", "layer_norm", "squeeze_excite", "concat_three_inputs", "lstm_cell", "channel_shuffle")
+# output grid, a requantized concat input, several inputs, a 6-D depth-to-space): their generated C against the reference.
+C_PATTERNS = ("attention", "layer_norm", "squeeze_excite", "concat_three_inputs", "lstm_cell", "channel_shuffle", "upconv_concat")
 
 
 @pytest.mark.parametrize("name", C_PATTERNS)

@@ -73,6 +73,8 @@ CASES = [
     _case("conv2d_depthwise", lambda: nn.Conv2d(4, 4, 3, groups=4), [X], "Conv"),
     _case("conv2d_same", lambda: nn.Conv2d(4, 5, 3, padding="same"), [X], "Conv"),
     _case("conv1d", lambda: nn.Conv1d(3, 5, 3, stride=2, padding=1), [(2, 3, 11)], "Conv"),
+    _case("conv_transpose_up2", lambda: nn.ConvTranspose2d(4, 3, 2, stride=2), [X], "ConvTranspose"),
+    _case("conv_transpose_general", lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2), [X], "ConvTranspose"),
     _case("linear", lambda: nn.Linear(12, 5), [(3, 12)], "Gemm"),
     _case("linear_3d", lambda: nn.Linear(12, 5), [(2, 3, 12)], "MatMul", "Add"),
     _case("linear_3d_no_bias", lambda: nn.Linear(12, 5, bias=False), [(2, 3, 12)], "MatMul"),

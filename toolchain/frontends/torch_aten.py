@@ -33,9 +33,9 @@ def _pair(values: Any, name: str) -> list[int]:
 # -- convolution and matrix products ------------------------------------------
 @aten("convolution.default")
 def _convolution(e: Emitter, a: dict[str, Any]) -> None:
-    if a["transposed"]:
-        raise Unsupported("transposed convolution is not supported")
     spatial = len(a["stride"])
+    if a["transposed"]:
+        return _conv_transpose(e, a, spatial)
     if spatial not in (1, 2):
         raise Unsupported(f"{spatial}-D convolution is not supported (1-D and 2-D are)")
     inputs = [e.tensor(a["input"]), e.tensor(a["weight"])]
@@ -50,6 +50,16 @@ def _convolution(e: Emitter, a: dict[str, Any]) -> None:
         "group": int(a["groups"]),
     }
     e.finish("Conv", inputs, attrs)
+
+
+def _conv_transpose(e: Emitter, a: dict[str, Any], spatial: int) -> None:
+    if spatial != 2:
+        raise Unsupported(f"{spatial}-D transposed convolution is not supported (2-D is)")
+    inputs = [e.tensor(a["input"]), e.tensor(a["weight"])] + ([e.tensor(a["bias"])] if a["bias"] is not None else [])
+    padding = [int(p) for p in a["padding"]]
+    e.finish("ConvTranspose", inputs, {"strides": [int(s) for s in a["stride"]], "pads": padding + padding,
+                                       "dilations": [int(d) for d in a["dilation"]], "group": int(a["groups"]),
+                                       "output_padding": [int(p) for p in a["output_padding"]]})
 
 
 @aten("linear.default")

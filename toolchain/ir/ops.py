@@ -301,6 +301,25 @@ def _onnx_conv(node, ins):
     return [((x.shape[0], w.shape[0], *out), x.dtype)]
 
 
+@op("ConvTranspose", "source", FLOAT)
+def _onnx_conv_transpose(node, ins):
+    """2-D transposed convolution with explicit pads (begins then ends) and output_padding."""
+    x, w, b = (ins + [None])[:3]
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise OpError(f"expects a 4-D input and [in, out/group, kh, kw] weights, got {x.shape} and {w.shape}")
+    group = int(node.attrs.get("group", 1))
+    if x.shape[1] != w.shape[0]:
+        raise OpError(f"input has {x.shape[1]} channels, weights expect {w.shape[0]}")
+    _check_bias(b, w.shape[1] * group)
+    a = node.attrs
+    strides, dil = a.get("strides", [1, 1]), a.get("dilations", [1, 1])
+    pads, extra = a.get("pads", [0, 0, 0, 0]), a.get("output_padding", [0, 0])
+    out = [(x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + 2] + dil[i] * (w.shape[2 + i] - 1) + extra[i] + 1 for i in range(2)]
+    if min(out) < 1:
+        raise OpError(f"output size {out} is empty")
+    return [((x.shape[0], w.shape[1] * group, *out), x.dtype)]
+
+
 @op("Gemm", "source", FLOAT)
 def _onnx_gemm(node, ins):
     a, b, c = (ins + [None])[:3]

@@ -39,6 +39,25 @@ def conv2d_nchw(x, w, b, strides, pads, dilations, group) -> np.ndarray:
     return out
 
 
+def conv_transpose2d(x, w, b, strides, pads, dilations, output_padding, group) -> np.ndarray:
+    """Each input pixel scatters its weights (in, out/group, kh, kw) into the output (output_padding more zero rows and
+    columns at the end), which the pads then crop."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    n, cin, h, wd = x.shape
+    _, per, kh, kw = w.shape
+    (sh, sw), (dh, dw) = strides, dilations
+    full = np.zeros((n, per * group, (h - 1) * sh + dh * (kh - 1) + 1 + output_padding[0], (wd - 1) * sw + dw * (kw - 1) + 1 + output_padding[1]))
+    cg = cin // group
+    for g in range(group):
+        xs, ws = x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                full[:, g * per:(g + 1) * per, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (wd - 1) * sw + 1:sw] += \
+                    np.einsum("nchw,co->nohw", xs, ws[:, :, i, j])
+    out = full[:, :, pads[0]:full.shape[2] - pads[2], pads[1]:full.shape[3] - pads[3]]
+    return out if b is None else out + np.asarray(b, np.float64).reshape(1, -1, 1, 1)
+
+
 def conv_nd(x, w, b, strides, pads, dilations, group) -> np.ndarray:
     """Conv for 1-D or 2-D spatial inputs (1-D as 2-D with height 1)."""
     if x.ndim == 3:

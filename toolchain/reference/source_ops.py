@@ -23,6 +23,14 @@ def _conv(node, ins):
     return [nn.conv_nd(x, w, b, a.get("strides", [1] * spatial), a.get("pads", [0] * 2 * spatial), a.get("dilations", [1] * spatial), a.get("group", 1))]
 
 
+@impl("ConvTranspose")
+def _conv_transpose(node, ins):
+    x, w, b = (ins + [None])[:3]
+    a = node.attrs
+    return [nn.conv_transpose2d(x, w, b, a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0]), a.get("dilations", [1, 1]),
+                                a.get("output_padding", [0, 0]), a.get("group", 1))]
+
+
 @impl("Gemm")
 def _gemm(node, ins):
     a, b, c = (ins + [None])[:3]

@@ -151,6 +151,22 @@ def _conv(cx: Converter, n: OnnxNode) -> None:
     cx.emit("Conv", n.inputs, n.outputs, attrs, n.name)
 
 
+@check("ConvTranspose")
+def _conv_transpose_check(n: OnnxNode, opset: int) -> str | None:
+    if n.attrs.get("auto_pad", "NOTSET") != "NOTSET" or "output_shape" in n.attrs:
+        return "ConvTranspose with auto_pad or output_shape (give explicit pads)"
+    return None
+
+
+@handles("ConvTranspose")
+def _conv_transpose(cx: Converter, n: OnnxNode) -> None:
+    if len(cx.tensor(n.inputs[0]).shape) != 4:
+        raise Unsupported("only 2-D ConvTranspose is supported")
+    attrs = {k: list(n.attrs.get(k, d)) for k, d in (("strides", [1, 1]), ("pads", [0, 0, 0, 0]), ("dilations", [1, 1]),
+                                                      ("output_padding", [0, 0]))}
+    cx.emit("ConvTranspose", n.inputs, n.outputs, {**attrs, "group": int(n.attrs.get("group", 1))}, n.name)
+
+
 @handles("MaxPool", "AveragePool")
 def _pool(cx: Converter, n: OnnxNode) -> None:
     kernel = list(n.attrs["kernel_shape"])
