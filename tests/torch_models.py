@@ -100,6 +100,8 @@ CASES = [
     _case("layer_norm", lambda: _layer_norm(8), [(2, 3, 8)], "LayerNormalization"),
     _case("attention", lambda: Fn(lambda m, q, k, v: torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, -1) @ v), [(1, 2, 5, 8)] * 3,
           "MatMul", "Softmax", "Transpose"),
+    _case("transformer_encoder_layer", lambda: nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), [(1, 5, 16)],
+          "MatMul", "Softmax", "LayerNormalization"),
     _case("scaled_dot_product_attention", lambda: Fn(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)), [(1, 2, 5, 8)] * 3,
           "MatMul", "Softmax", "Mul"),
     _case("layer_norm_two_axes", lambda: nn.LayerNorm([8, 8], elementwise_affine=False), [X], "LayerNormalization"),
