@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.quantize.samples import load_samples
+from toolchain.quantize.kept import load_samples
 from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.runio import quantize_inputs

@@ -54,8 +54,8 @@ from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.ir.graph import Graph
 from toolchain.plan import plan
+from toolchain.quantize.kept import load_samples, report_inputs
 from toolchain.quantize.report import report
-from toolchain.quantize.samples import load_samples, report_inputs
 from toolchain.reference.executor import run
 from toolchain.reference.int8 import INT8_IMPLS
 from toolchain.runio import quantize_inputs

@@ -99,9 +99,9 @@ void kiln_global_avg_pool_s8(const kiln_global_avg_pool_s8_params_t *p, const in
         for (ch = 0; ch < p->c; ch++) {
             int32_t sum = 0;
             for (i = 0; i < p->hw; i++) {
-                sum += x[(b * p->hw + i) * p->c + ch];
+                sum += x[(b * p->hw + i) * p->c + ch] - p->input_zp;
             }
-            y[b * p->c + ch] = (int8_t)kiln_rounded_mean(sum, p->hw);
+            y[b * p->c + ch] = kiln_output_s8(kiln_requantize(sum, p->mult, p->shift), p->out_zp, -128, 127);
         }
     }
 }

@@ -72,6 +72,14 @@ typedef struct {
 void kiln_fully_connected_s8(const kiln_fully_connected_s8_params_t *p, const int8_t *x, const int8_t *w,
                              const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y);
 
+/* y[b] = requantize((a[b] + a_offset) x (b[b] + b_offset)) for batches of
+ * [m][k] by [k][n] matrices: a product of two activations (attention), as
+ * TFLite's BATCH_MATMUL. */
+typedef struct {
+    int32_t batches, m, k, n, a_offset, b_offset, out_mult, out_shift, out_zp, act_min, act_max;
+} kiln_batch_matmul_s8_params_t;
+void kiln_batch_matmul_s8(const kiln_batch_matmul_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y);
+
 /* ---- convolution and fully connected, float ----------------------------- */
 
 typedef struct {
@@ -94,6 +102,11 @@ typedef struct {
 } kiln_fully_connected_f32_params_t;
 void kiln_fully_connected_f32(const kiln_fully_connected_f32_params_t *p, const float *x, const float *w,
                               const float *bias, float *y);
+
+typedef struct {
+    int32_t batches, m, k, n, act_min_bits, act_max_bits;
+} kiln_batch_matmul_f32_params_t;
+void kiln_batch_matmul_f32(const kiln_batch_matmul_f32_params_t *p, const float *a, const float *b, float *y);
 
 /* ---- broadcasting binary ops --------------------------------------------- */
 
@@ -162,12 +175,15 @@ typedef kiln_pool2d_f32_params_t kiln_avg_pool2d_f32_params_t;
 void kiln_max_pool2d_f32(const kiln_max_pool2d_f32_params_t *p, const float *x, float *y);
 void kiln_avg_pool2d_f32(const kiln_avg_pool2d_f32_params_t *p, const float *x, float *y);
 
-/* Mean over hw = H*W positions per (batch, channel); int8 rounds as avg pool. */
+/* Mean over hw = H*W positions per (batch, channel). int8 as TFLite's MEAN:
+ * y = clamp(out_zp + requantize(sum(x - input_zp), mult, shift)), 1/hw folded
+ * into mult/shift, so the output has its own quantization. */
+typedef struct {
+    int32_t n, hw, c, input_zp, mult, shift, out_zp;
+} kiln_global_avg_pool_s8_params_t;
 typedef struct {
     int32_t n, hw, c;
-} kiln_global_avg_pool_params_t;
-typedef kiln_global_avg_pool_params_t kiln_global_avg_pool_s8_params_t;
-typedef kiln_global_avg_pool_params_t kiln_global_avg_pool_f32_params_t;
+} kiln_global_avg_pool_f32_params_t;
 void kiln_global_avg_pool_s8(const kiln_global_avg_pool_s8_params_t *p, const int8_t *x, int8_t *y);
 void kiln_global_avg_pool_f32(const kiln_global_avg_pool_f32_params_t *p, const float *x, float *y);
 
@@ -178,6 +194,27 @@ typedef struct {
     int32_t outer, reduce, inner, input_zp, mult, shift, out_zp;
 } kiln_mean_s8_params_t;
 void kiln_mean_s8(const kiln_mean_s8_params_t *p, const int8_t *x, int8_t *y);
+
+/* ---- layer normalization (over the last axis) ------------------------------ */
+
+/* int8, in integers only: with d = x - input_zp over a row, S = sum d and
+ * V = size * sum d^2 - S^2 + eps (eps = eps_hi * 2^31 + eps_lo, the epsilon in
+ * input steps), s = isqrt(V * 4^F) in [2^30, 2^31), inv = floor(2^62 / s),
+ * n = round((size * d - S) * inv / 2^(62 - F - KILN_LAYER_NORM_FRACTION)),
+ * y = clamp(out_zp + round((n * gamma + beta * 2^bias_shift) / 2^out_shift)),
+ * roundings half up, in int64; gamma and beta int32 per element of the row. */
+#define KILN_LAYER_NORM_FRACTION 16
+typedef struct {
+    int32_t rows, size, input_zp, eps_hi, eps_lo, out_shift, bias_shift, out_zp, act_min, act_max;
+} kiln_layer_norm_s8_params_t;
+void kiln_layer_norm_s8(const kiln_layer_norm_s8_params_t *p, const int8_t *x, const int32_t *gamma, const int32_t *beta,
+                        int8_t *y);
+
+typedef struct {
+    int32_t rows, size, eps_bits, act_min_bits, act_max_bits;
+} kiln_layer_norm_f32_params_t;
+void kiln_layer_norm_f32(const kiln_layer_norm_f32_params_t *p, const float *x, const float *gamma, const float *beta,
+                         float *y);
 
 /* ---- softmax --------------------------------------------------------------- */
 

@@ -77,6 +77,9 @@ CONV = [
     Case("conv2d_valid", "Conv", X4, {"auto_pad": "VALID", "kernel_shape": [3, 3]}, {"w": _w(3, 4, 3, 3)}),
     Case("conv1d", "Conv", {"x": (2, 3, 11)}, {"pads": [2, 1], "strides": [2], "dilations": [2]}, {"w": _w(4, 3, 3), "b": _w(4)}),
     Case("conv1d_depthwise_same", "Conv", {"x": (1, 3, 10)}, {"group": 3, "auto_pad": "SAME_UPPER"}, {"w": _w(3, 1, 4)}),
+    Case("conv_transpose_up2", "ConvTranspose", X4, {"strides": [2, 2]}, {"w": _w(4, 3, 2, 2), "b": _w(3)}),
+    Case("conv_transpose_general", "ConvTranspose", X4, {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [2, 1],
+                                                           "output_padding": [1, 2], "group": 2}, {"w": _w(4, 3, 3, 4), "b": _w(6)}),
 ]
 MATMUL = [
     Case("gemm_transb", "Gemm", {"a": (3, 5)}, {"transB": 1}, {"b": _w(4, 5), "c": _w(4)}),
@@ -111,6 +114,8 @@ ACTIVATIONS = [
     Case("softmax_default", "Softmax", X4),
     Case("softmax_opset11_coerced", "Softmax", {"x": (2, 3, 4)}, {"axis": 1}, opset=11),
     Case("softmax_opset11_default", "Softmax", {"x": (2, 3, 4)}, opset=11),
+    Case("layer_norm_last_axis", "LayerNormalization", {"x": (2, 3, 8)}, {"epsilon": 1e-3}, {"s": _w(8), "b": _w(8, seed=2)}),
+    Case("layer_norm_two_axes_no_bias", "LayerNormalization", X4, {"axis": 2}, {"s": _w(7, 1, seed=3)}),
 ]
 POOLS = [
     Case("maxpool", "MaxPool", X4, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),

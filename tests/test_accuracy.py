@@ -8,8 +8,8 @@ from conftest import ROOT
 from test_digits import digits_module, float_predictions
 from toolchain import host
 from toolchain.ir import load
+from toolchain.quantize.kept import load_samples, report_inputs
 from toolchain.quantize.report import report
-from toolchain.quantize.samples import load_samples, report_inputs
 from toolchain.runio import quantize_inputs
 
 # Output SQNR (dB) of the int8 model against float on the 16 calibration samples its build keeps (as `kiln

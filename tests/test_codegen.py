@@ -15,11 +15,11 @@ import pytest
 from model_builds import FLOAT_CAPABLE, MODELS, ModelBuilds, shared_root
 from toolchain import host
 from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.quantize.samples import load_samples
 from toolchain.codegen import generate
 from toolchain.errors import KilnError
 from toolchain.ir import Graph, load
 from toolchain.plan import plan
+from toolchain.quantize.kept import load_samples
 from toolchain.reference.executor import run
 from toolchain.reference.int8 import INT8_IMPLS
 from toolchain.runio import quantize_inputs

@@ -22,7 +22,7 @@ from toolchain.cli import resolve_source
 from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.ir.graph import Graph, Node, Tensor
-from toolchain.quantize.samples import load_samples
+from toolchain.quantize.kept import load_samples
 from toolchain.runio import quantize_inputs
 from toolchain.stages import STAGES, run_stage
 from toolchain.target import cortex_m, qemu, size

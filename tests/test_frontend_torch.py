@@ -26,7 +26,8 @@ from torch_models import CASES, Case
 from toolchain import ir
 from toolchain.errors import KilnError
 from toolchain.frontends import import_model
-from toolchain.frontends.torch_module import import_module, normalize_calibration
+from toolchain.frontends.torch_module import import_module
+from toolchain.samples import collect
 from toolchain.ir.verify import verify
 from toolchain.reference.executor import run
 
@@ -284,20 +285,20 @@ def test_calibration_forms_normalize_alike() -> None:
     samples = np.arange(6, dtype=np.float64).reshape(3, 1, 2)
     forms = [torch.from_numpy(samples), samples, [(torch.from_numpy(s),) for s in samples], {"x": samples}]
     for form in forms:
-        out = normalize_calibration(form, shapes, "model.py")
+        out = collect(form, shapes, "model.py: calibration_data()")
         assert list(out) == ["x"] and out["x"].dtype == np.float32
         np.testing.assert_array_equal(out["x"], samples.astype(np.float32))
 
 
 @pytest.mark.parametrize("bad, message", [
-    (np.zeros((3, 2)), "calibration_data() for 'x' has shape [3, 2], expected [N, 1, 2]"),
-    ({"y": np.zeros((3, 1, 2))}, "calibration_data() keys ['y'] do not match the inputs ['x']"),
-    (np.full((3, 1, 2), np.nan), "contains NaN or infinity"),
-    ([(np.zeros((1, 2)), np.zeros((1, 2)))], "samples must be tuples of 1 tensors"),
+    (np.zeros((3, 3)), "calibration_data() has shape [3, 3], expected [N, 1, 2] or [N, 2]"),
+    ({"y": np.zeros((3, 1, 2))}, "calibration_data() has no samples for input(s) 'x' (keys: 'y')"),
+    ([np.zeros((1, 2)), np.zeros((2,)), np.zeros((2, 3))], "calibration_data() element 2 input 'x' has shape [2, 3]"),
+    ([("a", "b")], "calibration_data() element 0 input 'x' is not an array of real numbers (dtype <U1)"),
 ])
 def test_bad_calibration_data_is_one_line_error(bad: object, message: str) -> None:
     with pytest.raises(KilnError) as err:
-        normalize_calibration(bad, {"x": (1, 2)}, "model.py")
+        collect(bad, {"x": (1, 2)}, "model.py: calibration_data()")
     assert message in str(err.value) and "\n" not in str(err.value)
 
 

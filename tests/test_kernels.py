@@ -56,8 +56,8 @@ def _feed(rng, t: Tensor) -> np.ndarray:
     return rng.uniform(-2, 2, size=t.shape).astype(np.float32)
 
 
-CALIBRATED = {"conv2d", "depthwise_conv2d", "fully_connected", "add", "sub", "mul",
-              "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp"}
+CALIBRATED = {"conv2d", "depthwise_conv2d", "fully_connected", "batch_matmul", "add", "sub", "mul",
+              "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp", "global_avg_pool"}
 
 
 def _graph(rng, op, inputs, outputs, attrs) -> tuple[Graph, dict[str, np.ndarray]]:
@@ -202,6 +202,33 @@ def global_pool_case(rng, dtype):
     return _graph(rng, "global_avg_pool", [x], [act("y", (n, 1, 1, c), x.quant, dtype)], {})
 
 
+def batch_matmul_case(rng, dtype):
+    lead = tuple(int(v) for v in rng.integers(1, 3, size=int(rng.integers(0, 2, endpoint=True)), endpoint=True))
+    m, k, n = (int(v) for v in rng.integers(1, [5, 24, 5], endpoint=True))
+    a, b = _qact(rng, "a", (*lead, m, k), dtype), _qact(rng, "b", (*lead, k, n), dtype)
+    return _graph(rng, "batch_matmul", [a, b], [_qact(rng, "y", (*lead, m, n), dtype)], _act_attrs(rng))
+
+
+def layer_norm_case(rng, dtype):
+    """Rows of 1 to 40 values (a constant row among them), gamma and beta of mixed signs, eps from 0 to 0.1;
+    int8 outputs get the range of the real result, sometimes too narrow."""
+    lead = tuple(int(v) for v in rng.integers(1, 4, size=int(rng.integers(0, 2, endpoint=True)), endpoint=True))
+    size = int(rng.integers(1, 40, endpoint=True))
+    x = _qact(rng, "x", (*lead, size), dtype)
+    gamma = Tensor("gamma", (size,), "float32", data=(rng.normal(1.0, 0.5, size) * rng.choice([1, -1], size)).astype(np.float32))
+    beta = Tensor("beta", (size,), "float32", data=rng.normal(0.0, 0.5, size).astype(np.float32))
+    eps = float(rng.choice([0.0, 1e-5, 1e-3, 0.1]))
+    g, feeds = _graph(rng, "layer_norm", [x, gamma, beta], [act("y", x.shape, x.quant, dtype)], {"epsilon": eps})
+    if rng.random() < 0.2:
+        feeds["x"][..., :] = feeds["x"][..., :1]  # every row constant
+    if dtype == "int8":
+        real = FLOAT_IMPLS["layer_norm"](g.nodes[0], [_real(g, "x", feeds), gamma.data, beta.data])[0]
+        lo, hi = min(float(real.min()), 0.0), max(float(real.max()), 0.0)
+        scale = max(hi - lo, 0.05) / float(rng.uniform(200, 255)) * (float(rng.uniform(0.2, 0.6)) if rng.random() < 0.1 else 1.0)
+        g.tensors["y"] = g.tensors["y"].copy(quant=QuantParams((scale,), (int(np.clip(round(-128 - lo / scale), -128, 127)),)))
+    return g, feeds
+
+
 def softmax_case(rng, dtype):
     shape = tuple(int(v) for v in rng.integers(1, [3, 4, 40], endpoint=True))
     x = act("x", shape, q(_scale(rng, 1e-2, 4.0), _zp(rng)) if dtype == "int8" else None, dtype)
@@ -312,6 +339,8 @@ GENERATORS = {
     "conv2d": lambda rng, dt: conv_case(rng, dt, "conv2d"),
     "depthwise_conv2d": lambda rng, dt: conv_case(rng, dt, "depthwise_conv2d"),
     "fully_connected": fc_case,
+    "batch_matmul": batch_matmul_case,
+    "layer_norm": layer_norm_case,
     **{op: (lambda op: lambda rng, dt: binary_case(rng, dt, op))(op) for op in ("add", "sub", "mul")},
     **{op: (lambda op: lambda rng, dt: pool_case(rng, dt, op))(op) for op in ("max_pool2d", "avg_pool2d")},
     "global_avg_pool": global_pool_case,

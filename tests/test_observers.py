@@ -1,13 +1,15 @@
 """Observers on distributions with known answers, and the seeded calibration sample choice."""
 from __future__ import annotations
 
+import io
 import math
+import sys
 
 import numpy as np
 import pytest
 
 from toolchain.ir.graph import Graph, Node, Tensor
-from toolchain.quantize.calibration import observe_ranges, select
+from toolchain.quantize.calibration import PROGRESS_DELAY_S, Progress, observe_ranges, select
 from toolchain.quantize.config import CONFIG
 from toolchain.quantize.observers import (MinMaxObserver, MovingAverageObserver, MSEObserver, PercentileObserver,
                                           make_observer)
@@ -37,21 +39,40 @@ def test_minmax_is_exact_extremes():
     assert feed(MinMaxObserver(), samples) == (-3.25, 5.5)
 
 
+def batches(*extremes: tuple[float, float]) -> list[np.ndarray]:
+    """One batch of MovingAverageObserver.BATCH samples per (lo, hi): its first sample holds both, the rest 0."""
+    out = []
+    for lo, hi in extremes:
+        out += [np.array([lo, hi])] + [np.zeros(2)] * (MovingAverageObserver.BATCH - 1)
+    return out
+
+
 def test_moving_average_matches_closed_form():
     c = 0.1
-    first = np.array([0.0, 1.0])
-    later = [np.array([-1.0, 2.0])] * 30
-    lo, hi = feed(MovingAverageObserver(c), [first] + later)
-    # each later sample moves the average a fraction c towards (-1, 2)
-    assert hi == pytest.approx(2.0 - 1.0 * (1 - c) ** 30, rel=1e-12)
-    assert lo == pytest.approx(-1.0 + 1.0 * (1 - c) ** 30, rel=1e-12)
+    # batches 1..10 weigh 1/k (an equal average: hi (1 + 9 * 2) / 10 = 1.9), then 30 more each move it by c towards 2
+    lo, hi = feed(MovingAverageObserver(c), batches((0.0, 1.0), *[(-1.0, 2.0)] * 39))
+    assert hi == pytest.approx(2.0 - 0.1 * (1 - c) ** 30, rel=1e-12)
+    assert lo == pytest.approx(-1.0 + 0.1 * (1 - c) ** 30, rel=1e-12)
 
 
-def test_moving_average_damps_a_single_outlier():
-    samples = [np.array([0.0, 1.0])] * 50 + [np.array([0.0, 100.0])] + [np.array([0.0, 1.0])] * 5
-    lo, hi = feed(MovingAverageObserver(0.01), samples)
+def test_moving_average_damps_a_single_outlier_batch():
+    lo, hi = feed(MovingAverageObserver(0.01), batches(*[(0.0, 1.0)] * 150, (0.0, 100.0), *[(0.0, 1.0)] * 5))
     assert lo == 0.0
     assert hi == pytest.approx(1.0 + 99.0 * 0.01 * 0.99 ** 5, rel=1e-12)
+
+
+def test_moving_average_takes_a_last_short_batch_and_any_split():
+    rng = np.random.default_rng(4)
+    samples = rng.standard_normal((70, 5))
+    one, whole = MovingAverageObserver(0.01), MovingAverageObserver(0.01)
+    for s in samples:
+        one.observe(s)
+    whole.observe_batch(samples[:33])
+    whole.observe_batch(samples[33:])
+    first, second, third = (samples[i:i + 32] for i in (0, 32, 64))
+    lo = (first.min() + second.min()) / 2
+    lo += (third.min() - lo) / 3
+    assert one.range() == whole.range() and one.range()[0] == pytest.approx(lo, rel=1e-12)
 
 
 def test_percentile_of_uniform():
@@ -160,12 +181,36 @@ def test_observed_ranges_deterministic_per_seed():
     assert observe_ranges(graph, samples, ["x"], dict(DEFAULTS, max_samples=20, seed=1)) == {"x": (float(used.min()), float(used.max()))}
 
 
-def test_progress_bar_only_when_asked(capsys, monkeypatch):
-    samples = {"x": np.zeros((40, 1, 4), np.float32)}
+def test_progress_in_logs_is_a_line_per_tenth_naming_the_model(capsys, monkeypatch):
+    samples = {"x": np.zeros((400, 1, 4), np.float32)}
     monkeypatch.delenv("KILN_PROGRESS", raising=False)
+    observe_ranges(identity_graph(), samples, ["y"], dict(DEFAULTS, max_samples=0))
+    assert capsys.readouterr().err == ""  # a short calibration says nothing
+    monkeypatch.setenv("KILN_PROGRESS", "1")
+    observe_ranges(identity_graph(), samples, ["y"], dict(DEFAULTS, max_samples=0, observer="mse"))
+    lines = capsys.readouterr().err.splitlines()
+    assert 1 <= len(lines) <= 10 and all(line.startswith("kiln: calibrating id:") for line in lines)
+    assert lines[-1] == "kiln: calibrating id: pass 2/2, 400/400 samples (100%)"
+    monkeypatch.setenv("KILN_PROGRESS", "0")
     observe_ranges(identity_graph(), samples, ["y"], DEFAULTS)
     assert capsys.readouterr().err == ""
-    monkeypatch.setenv("KILN_PROGRESS", "1")
-    observe_ranges(identity_graph(), samples, ["y"], DEFAULTS)
-    err = capsys.readouterr().err
-    assert "calibrating" in err and "40/40" in err and err.endswith("\n")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_redraws_one_line_after_the_delay(monkeypatch):
+    monkeypatch.delenv("KILN_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    now = [0.0]
+    progress = Progress("kws", 4000, 1, clock=lambda: now[0])
+    progress.update(0, 100)
+    assert sys.stderr.getvalue() == ""  # not yet PROGRESS_DELAY_S
+    now[0] = PROGRESS_DELAY_S
+    for done in (2000, 4000):
+        progress.update(0, done)
+    progress.close()
+    assert sys.stderr.getvalue() == ("\rkiln: calibrating kws [###############...............] 2000/4000 samples"
+                                     "\rkiln: calibrating kws [##############################] 4000/4000 samples\n")

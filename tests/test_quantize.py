@@ -21,6 +21,7 @@ from toolchain.quantize.calibration import load_calibration
 from toolchain.quantize.config import CONFIG
 from toolchain.quantize.report import format_report, report, run_quantized, to_json
 from toolchain.quantize.scheme import choose_qparams, quantize_weights
+from toolchain.reference.batch import run_batch
 from toolchain.reference.executor import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -204,13 +205,16 @@ def test_every_activation_is_int8_and_graph_verifies(rules):
 def test_sharing_rules(rules):
     _, q, _ = rules
     # max pool and avg pool keep their input's parameters; concat unifies its inputs with its output,
-    # which pulls in the convs feeding the pools; pad, global avg pool and reshape keep theirs
-    shared = {params(q, n) for n in ("c", "d", "p", "a", "cat", "pd", "gap", "r")}
+    # which pulls in the convs feeding the pools; pad keeps them; the global average pool (TFLite's MEAN)
+    # requantizes to a range of its own, which the reshape after it keeps
+    shared = {params(q, n) for n in ("c", "d", "p", "a", "cat", "pd")}
     assert len(shared) == 1
+    assert params(q, "gap") == params(q, "r") != params(q, "pd")
+    assert represented(params(q, "gap"))[1] < represented(params(q, "pd"))[1] / 2  # a mean is far narrower
     assert params(q, "sl") == params(q, "f") and params(q, "t") == params(q, "f")
-    for name in ("sm", "sg"):
-        assert params(q, name) == QuantParams((1 / 256,), (-128,))
-    assert params(q, "th") == QuantParams((1 / 128,), (0,))
+    assert params(q, "sm") == QuantParams((1 / 256,), (-128,))  # the softmax kernel's fixed output
+    assert represented(params(q, "sg"))[0] == 0.0 and represented(params(q, "sg"))[1] <= 1.0  # calibrated, inside (0, 1)
+    assert represented(params(q, "th"))[1] <= 1.0 and params(q, "th") != QuantParams((1 / 128,), (0,))
     assert len({params(q, n) for n in ("x", "f", "ad", "c")}) == 4  # calibrated ops get their own
 
 
@@ -227,6 +231,24 @@ def test_unified_range_covers_every_member(rules):
     assert rlo >= lo - 2 * step and rhi <= hi + 2 * step  # and no wider than the members need
 
 
+def assert_ranges_cover(g: Graph, q: Graph, cal: dict[str, np.ndarray]) -> None:
+    """Every int8 activation's range covers the float values it held during calibration (to within a step)."""
+    seen: dict[str, tuple[float, float]] = {}
+    run_batch(g, cal, visit=lambda name, v: seen.__setitem__(name, (float(v.min()), float(v.max()))))
+    checked = 0
+    for name, t in q.tensors.items():
+        if t.dtype == "int8" and not t.is_constant and name in seen:
+            lo, hi = represented(t.quant)
+            step = t.quant.scale[0]
+            assert lo - step <= seen[name][0] and seen[name][1] <= hi + step, (name, seen[name], (lo, hi))
+            checked += 1
+    assert checked == len(seen)
+
+
+def test_every_range_covers_its_calibrated_values(rules):
+    assert_ranges_cover(*rules)
+
+
 def test_constant_operand_quantized_with_its_own_range(rules):
     _, q, _ = rules
     k = q.tensors["k"]
@@ -234,26 +256,68 @@ def test_constant_operand_quantized_with_its_own_range(rules):
     assert represented(k.quant) == pytest.approx((-1.0, 2.0), abs=3 / 255)  # its data spans [-1, 2]
 
 
-def test_concat_of_differently_fixed_inputs_requantizes_them():
+def test_concat_of_a_fixed_output_it_cannot_hold_requantizes_it():
     b = Builder("conflict")
     x = b.input("x", (1, 4))
-    s = b.op("sigmoid", [x], "s")
+    s = b.op("softmax", [x], "s", beta=1.0)
     t = b.op("tanh", [x], "t")
     cat = b.op("concat", [s, t], "cat", axis=1)
     g = b.done(cat)
     q = quantize(g, DEFAULTS, samples(g))
     verify(q, levels=("kernel",))
-    clamps = [n for n in q.nodes if n.op == "clamp"]
-    assert [c.inputs for c in clamps] == [["s"], ["t"]]
-    assert q.node("cat").inputs == [c.outputs[0] for c in clamps]
-    assert params(q, "s") == QuantParams((1 / 256,), (-128,)) and params(q, "t") == QuantParams((1 / 128,), (0,))
+    # softmax's fixed [0, 1) grid cannot hold tanh's negative values: the softmax output is requantized
+    # into the concat, which is calibrated over both
+    (clamp,) = [n for n in q.nodes if n.op == "clamp"]
+    assert clamp.inputs == ["s"] and q.node("cat").inputs == [clamp.outputs[0], "t"]
+    assert params(q, "s") == QuantParams((1 / 256,), (-128,))
     unified = params(q, "cat")
-    assert all(params(q, c.outputs[0]) == unified for c in clamps)
+    assert params(q, clamp.outputs[0]) == unified == params(q, "t")
     lo, hi = represented(unified)
-    assert lo < -0.5 and hi > 0.5  # calibrated over both inputs: tanh's negative values survive
+    assert lo < -0.5 and hi > 0.5  # tanh's negative values survive
     feeds = {"x": np.array([[-0.9, -0.5, 0.5, 0.9]], np.float32)}  # inside the calibrated range
     got = (run_quantized(q, feeds)["cat"].astype(np.float64) - unified.zero_point[0]) * unified.scale[0]
     assert np.abs(got - run(g, feeds)["cat"]).max() <= 2 * unified.scale[0]
+
+
+def test_concat_of_outputs_a_fixed_grid_holds_shares_it():
+    b = Builder("agree")
+    x = b.input("x", (1, 4))
+    s = b.op("softmax", [x], "s", beta=1.0)
+    h = b.op("sigmoid", [x], "h")
+    g = b.done(b.op("concat", [s, h], "cat", axis=1))
+    q = quantize(g, DEFAULTS, samples(g))
+    assert not [n for n in q.nodes if n.op == "clamp"]  # sigmoid values lie in [0, 1): no requantization
+    assert params(q, "cat") == params(q, "h") == params(q, "s") == QuantParams((1 / 256,), (-128,))
+
+
+@pytest.mark.parametrize("head", ["sigmoid", "softmax"])
+def test_concat_never_narrows_an_input_to_a_fixed_output_grid(head: str):
+    """The MLP head cat([sigmoid(fc(silu(fc(x)))), x]) -> fc -> softmax, x a normal(0, 1) model input: x keeps
+    its own calibrated range, never the sigmoid's [0, 1) (nor a softmax's fixed grid, which is requantized)."""
+    b = Builder("head")
+    x = b.input("x", (1, 16))
+    h = b.op("fully_connected", [x, b.weights("w1", (32, 16)), b.weights("b1", (32,))], "h", **NO_ACT)
+    h = b.op("silu", [h], "act")
+    h = b.op("fully_connected", [h, b.weights("w2", (16, 32)), b.weights("b2", (16,))], "h2", **NO_ACT)
+    s = b.op(head, [h], "s", **({"beta": 1.0} if head == "softmax" else {}))
+    cat = b.op("concat", [s, x], "cat", axis=1)
+    y = b.op("fully_connected", [cat, b.weights("w3", (10, 32)), b.weights("b3", (10,))], "logits", **NO_ACT)
+    g = b.done(b.op("softmax", [y], "probs", beta=1.0))
+    rng = np.random.default_rng(5)
+    cal = {"x": rng.standard_normal((64, 1, 16)).astype(np.float32)}
+    q = quantize(g, DEFAULTS, cal)
+    verify(q, levels=("kernel",))
+    assert params(q, "x") == choose_qparams(cal["x"].min(), cal["x"].max()) == params(q, "cat")
+    clamps = [n for n in q.nodes if n.op == "clamp"]
+    if head == "softmax":
+        assert params(q, "s") == QuantParams((1 / 256,), (-128,))
+        assert [c.inputs for c in clamps] == [["s"]] and q.node("cat").inputs == [clamps[0].outputs[0], "x"]
+    else:
+        assert not clamps and params(q, "s") == params(q, "x")
+    test = {"x": rng.standard_normal((64, 1, 16)).astype(np.float32)}
+    rep = report(g, q, test)
+    assert rep["tensors"]["x"]["sqnr_db"] > 35.0 and rep["outputs"]["probs"] > 30.0  # landed code: 2.2 dB and 16.6 dB
+    assert_ranges_cover(g, q, cal)
 
 
 def test_shared_output_with_other_source_parameters_requantizes_input():
@@ -343,8 +407,8 @@ def test_calibration_files_take_precedence(rules, tmp_path):
 
 def test_bad_calibration_shapes(rules):
     g = rules[0]
-    with pytest.raises(KilnError, match=r"input 'x' has shape \[4, 8, 8, 2\], expected \[N, 1, 8, 8, 2\]"):
-        quantize(g, DEFAULTS, {"x": np.zeros((4, 8, 8, 2), np.float32)})
+    with pytest.raises(KilnError, match=r"input 'x' has shape \[4, 8, 2, 8\], expected \[N, 1, 8, 8, 2\] or \[N, 8, 8, 2\]$"):
+        quantize(g, DEFAULTS, {"x": np.zeros((4, 8, 2, 8), np.float32)})
     with pytest.raises(KilnError, match="must be finite"):
         quantize(g, DEFAULTS, {"x": np.full((2, 1, 8, 8, 2), np.nan, np.float32)})
 

@@ -18,8 +18,8 @@ import onnx
 
 from onnx_models import qdq_source_model, quantize_qdq
 from toolchain.ir import load
+from toolchain.quantize.kept import KEPT
 from toolchain.quantize.report import report
-from toolchain.quantize.samples import KEPT
 
 NOISE = "seeded random inputs (the build keeps no calibration samples)"
 

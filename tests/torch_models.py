@@ -46,6 +46,14 @@ def _bn1d(channels: int) -> nn.BatchNorm1d:
     return bn
 
 
+def _layer_norm(size: int) -> nn.LayerNorm:
+    norm = nn.LayerNorm(size)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(size) * 0.5 + 1)
+        norm.bias.copy_(torch.randn(size) * 0.2)
+    return norm
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -65,6 +73,8 @@ CASES = [
     _case("conv2d_depthwise", lambda: nn.Conv2d(4, 4, 3, groups=4), [X], "Conv"),
     _case("conv2d_same", lambda: nn.Conv2d(4, 5, 3, padding="same"), [X], "Conv"),
     _case("conv1d", lambda: nn.Conv1d(3, 5, 3, stride=2, padding=1), [(2, 3, 11)], "Conv"),
+    _case("conv_transpose_up2", lambda: nn.ConvTranspose2d(4, 3, 2, stride=2), [X], "ConvTranspose"),
+    _case("conv_transpose_general", lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2), [X], "ConvTranspose"),
     _case("linear", lambda: nn.Linear(12, 5), [(3, 12)], "Gemm"),
     _case("linear_3d", lambda: nn.Linear(12, 5), [(2, 3, 12)], "MatMul", "Add"),
     _case("linear_3d_no_bias", lambda: nn.Linear(12, 5, bias=False), [(2, 3, 12)], "MatMul"),
@@ -87,6 +97,14 @@ CASES = [
     _case("gelu", lambda: nn.GELU(), [X], "Gelu"),
     _case("gelu_tanh", lambda: nn.GELU(approximate="tanh"), [X], "Gelu"),
     _case("softmax", lambda: nn.Softmax(dim=1), [X], "Softmax"),
+    _case("layer_norm", lambda: _layer_norm(8), [(2, 3, 8)], "LayerNormalization"),
+    _case("attention", lambda: Fn(lambda m, q, k, v: torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, -1) @ v), [(1, 2, 5, 8)] * 3,
+          "MatMul", "Softmax", "Transpose"),
+    _case("transformer_encoder_layer", lambda: nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), [(1, 5, 16)],
+          "MatMul", "Softmax", "LayerNormalization"),
+    _case("scaled_dot_product_attention", lambda: Fn(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)), [(1, 2, 5, 8)] * 3,
+          "MatMul", "Softmax", "Mul"),
+    _case("layer_norm_two_axes", lambda: nn.LayerNorm([8, 8], elementwise_affine=False), [X], "LayerNormalization"),
     _case("max_pool", lambda: nn.MaxPool2d(3, stride=2, padding=1), [X], "MaxPool"),
     _case("max_pool_ceil_dilated", lambda: nn.MaxPool2d(2, stride=2, dilation=2, ceil_mode=True), [(1, 2, 9, 9)], "MaxPool"),
     _case("avg_pool_count_pad", lambda: nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=True), [X], "AveragePool"),

@@ -20,7 +20,7 @@ from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.ir.graph import Graph
 from toolchain.manifest import changed_since
-from toolchain.quantize.samples import load_samples
+from toolchain.quantize.kept import load_samples
 from toolchain.runio import quantize_inputs
 
 SAMPLES = 10

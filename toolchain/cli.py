@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="run every stage on a model source, without SCons")
     c.add_argument("source", type=Path, help="a model folder, model.py, .pt2, .onnx or .tflite file")
     c.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
-    c.add_argument("--calibration", type=Path, action="append", help="calibration samples (.npy/.npz), N samples on a leading axis")
+    c.add_argument("--calibration", type=Path, action="append", help="calibration samples (.npy/.npz): [N, *input_shape] or [N, *input_shape[1:]]")
     c.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     c.set_defaults(func=_cmd_compile)
 
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="compile a `kiln compile` output folder for the host and run it")
     r.add_argument("outdir", type=Path)
-    r.add_argument("--input", type=Path, required=True, help=".npy (one input) or .npz (by input name): one sample or N stacked")
+    r.add_argument("--input", type=Path, required=True, help=".npy (one input) or .npz (by input name): one sample, [N, *shape] or [N, *shape[1:]]")
     r.add_argument("--output", type=Path, required=True, help=".npy (one output) or .npz")
     r.add_argument("--raw", action="store_true", help="read and write the int8 tensors instead of float")
     r.set_defaults(func=_cmd_run)
@@ -164,12 +164,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     source = args.outdir / f"{graph.name}.c"
     if not source.exists():
         raise KilnError(f"{args.outdir}: no generated C source {source.name} (run `kiln compile` first)")
-    samples, stacked = read_samples(args.input, graph)
+    samples, form = read_samples(args.input, graph)
     check_values(args.input, graph, samples, args.raw)
     raw = samples if args.raw else quantize_inputs(graph, samples)
     exe = host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], args.outdir / "host_model")
     outs = host.run_executable(exe, graph, raw)
-    write_samples(args.output, graph, outs if args.raw else dequantize_outputs(graph, outs), stacked)
+    write_samples(args.output, graph, outs if args.raw else dequantize_outputs(graph, outs), form)
     return 0
 
 
@@ -177,7 +177,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from toolchain.ir import load
     from toolchain.ir.serialize import write_atomic
     from toolchain.quantize.report import format_report, report, to_json
-    from toolchain.quantize.samples import load_samples, report_inputs
+    from toolchain.quantize.kept import load_samples, report_inputs
 
     if args.samples < 1:
         raise KilnError(f"--samples must be at least 1, got {args.samples}")

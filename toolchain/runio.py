@@ -1,4 +1,10 @@
-"""Float/int8 sample files for `kiln run`: .npy for one tensor, .npz by name; one sample or N stacked."""
+"""Float/int8 sample files for `kiln run`: .npy for one tensor, .npz by name.
+
+An input's array is one sample shaped like the input, or N samples shaped
+[N, *input_shape] or, when the batch dimension is 1, [N, *input_shape[1:]]
+(`toolchain.samples`). Outputs are written in the form the inputs came in:
+one sample, [N, *output_shape], or [N, *output_shape[1:]].
+"""
 from __future__ import annotations
 
 import io
@@ -10,10 +16,13 @@ from toolchain.errors import KilnError
 from toolchain.ir.graph import DTYPES, Graph
 from toolchain.ir.serialize import write_atomic
 from toolchain.quantize.scheme import dequantize_array, quantize_array
+from toolchain.samples import accepted, stacked as as_stacked
+
+SINGLE, STACKED, BATCHLESS = "single", "stacked", "batchless"  # how a sample file holds its samples
 
 
-def read_samples(path: Path, graph: Graph) -> tuple[list[list[np.ndarray]], bool]:
-    """Samples as one list of input arrays each, and whether the file stacked them on a leading axis."""
+def read_samples(path: Path, graph: Graph) -> tuple[list[list[np.ndarray]], str]:
+    """Samples as one list of input arrays each, and the form the file held them in (SINGLE, STACKED, BATCHLESS)."""
     try:
         loaded = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -27,25 +36,27 @@ def read_samples(path: Path, graph: Graph) -> tuple[list[list[np.ndarray]], bool
         if missing:
             raise KilnError(f"{path}: no array for input(s) {', '.join(missing)} (has {', '.join(loaded.files)})")
         arrays = {n: loaded[n] for n in graph.inputs}
-    stacked = None
+    forms = set()
     per_input = []
     for name in graph.inputs:
         a, shape = arrays[name], graph.tensors[name].shape
         if a.shape == shape:
-            is_stacked = False
+            forms.add(SINGLE)
             a = a[None]
-        elif a.shape[1:] == shape:
-            is_stacked = True
         else:
-            raise KilnError(f"{path}: input {name!r} has shape {a.shape}; expected {shape} or (N, *{shape})")
-        if stacked is not None and stacked != is_stacked:
-            raise KilnError(f"{path}: inputs mix single and stacked samples")
-        stacked = is_stacked
+            try:
+                a = as_stacked(a, shape, f"{path}: input {name!r}")
+            except KilnError:
+                raise KilnError(f"{path}: input {name!r} has shape {list(a.shape)}; expected one sample {list(shape)}, "
+                                f"or samples {accepted(shape)}") from None
+            forms.add(STACKED if arrays[name].ndim == len(shape) + 1 else BATCHLESS)
         per_input.append(a)
+    if len(forms) != 1:
+        raise KilnError(f"{path}: inputs mix sample forms ({', '.join(sorted(forms))}); give every input in the same form")
     counts = {len(a) for a in per_input}
     if len(counts) != 1:
         raise KilnError(f"{path}: inputs hold different numbers of samples: {sorted(counts)}")
-    return [[a[i] for a in per_input] for i in range(counts.pop())], bool(stacked)
+    return [[a[i] for a in per_input] for i in range(counts.pop())], forms.pop()
 
 
 def check_values(path: Path, graph: Graph, samples: list[list[np.ndarray]], raw: bool) -> None:
@@ -93,8 +104,16 @@ def dequantize_outputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[li
     return out
 
 
-def write_samples(path: Path, graph: Graph, samples: list[list[np.ndarray]], stacked: bool) -> None:
-    per_output = [np.stack([s[i] for s in samples]) if stacked else samples[0][i] for i in range(len(graph.outputs))]
+def _in_form(arrays: list[np.ndarray], shape: tuple[int, ...], form: str) -> np.ndarray:
+    if form == SINGLE:
+        return arrays[0]
+    out = np.stack(arrays)
+    return out.reshape(len(arrays), *shape[1:]) if form == BATCHLESS and shape[:1] == (1,) else out
+
+
+def write_samples(path: Path, graph: Graph, samples: list[list[np.ndarray]], form: str) -> None:
+    """The outputs of every sample, in the form (SINGLE, STACKED, BATCHLESS) the inputs came in."""
+    per_output = [_in_form([s[i] for s in samples], graph.tensors[name].shape, form) for i, name in enumerate(graph.outputs)]
     buf = io.BytesIO()
     if path.suffix == ".npz":
         np.savez(buf, **dict(zip(graph.outputs, per_output)))

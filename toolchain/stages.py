@@ -75,11 +75,11 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage("import", (), ("imported.kir", "calibration.npz"), ("model", "inputs"),
-          ("toolchain/frontends", "toolchain/reference", "toolchain/numerics"), "toolchain.stages:run_import"),
+          ("toolchain/frontends", "toolchain/reference", "toolchain/numerics", "toolchain/samples.py"), "toolchain.stages:run_import"),
     Stage("normalize", ("imported.kir",), ("normalized.kir",), ("normalize",),
           ("toolchain/passes", "toolchain/reference"), "toolchain.stages:run_normalize"),
     Stage("quantize", ("normalized.kir", "calibration.npz"), ("quantized.kir", "samples.npz"), ("quant",),
-          ("toolchain/quantize", "toolchain/numerics", "toolchain/reference"), "toolchain.stages:run_quantize"),
+          ("toolchain/quantize", "toolchain/numerics", "toolchain/reference", "toolchain/samples.py"), "toolchain.stages:run_quantize"),
     Stage("lower", ("quantized.kir",), ("lowered.kir",), ("kernels",),
           ("toolchain/lower", "toolchain/numerics"), "toolchain.stages:run_lower"),
     Stage("plan", ("lowered.kir",), ("planned.kir",), ("plan", "codegen"),
@@ -166,13 +166,13 @@ def run_normalize(job: StageRun) -> dict[str, bytes]:
 
 
 def run_quantize(job: StageRun) -> dict[str, bytes]:
-    from toolchain.quantize import quantize, samples
+    from toolchain.quantize import kept, quantize
     from toolchain.quantize.calibration import load_calibration
 
     graph, config = _graph(job, "normalized.kir"), job.config["quant"]
     calibration = load_calibration(graph, config, job.model_dir, job.inputs["calibration.npz"])
     return {"quantized.kir": _kir(quantize(graph, config, calibration), "quantized.kir"),
-            samples.ARTIFACT: samples.pack(graph, calibration, config)}
+            kept.ARTIFACT: kept.pack(graph, calibration, config)}
 
 
 def run_lower(job: StageRun) -> dict[str, bytes]:

@@ -1,4 +1,5 @@
-"""lower_matmul: Gemm / MatMul with constant weights become fully_connected with [out, in] weights."""
+"""lower_matmul: Gemm / MatMul with constant weights become fully_connected with [out, in] weights, products of
+activations batch_matmul."""
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
@@ -45,7 +46,18 @@ def test_matmul_of_any_rank_reshapes_around_the_fc() -> None:
         assert_same_values(g, out)
 
 
-def test_leaves_products_of_activations_alone() -> None:
+def test_products_of_activations_become_batch_matmul() -> None:
+    b = Builder()
+    q, k = b.input("q", (2, 4, 8)), b.input("k", (2, 8, 3))
+    g = b.output(b.op("MatMul", [q, k], name="scores"), b.op("MatMul", [b.input("x", (3, 5)), b.input("y", (5, 2))], name="plain"))
+    out, changed = run_pass(lower_matmul, g)
+    assert changed and ops(out) == ["batch_matmul", "batch_matmul"]
+    assert out.node("scores").attrs == {"act_min": -np.inf, "act_max": np.inf}
+    assert_same_values(g, out)
+
+
+def test_leaves_other_products_alone() -> None:
     b = Builder()
     x = b.input("x", (3, 5))
-    unchanged(lower_matmul, b.output(b.op("MatMul", [x, b.input("y", (5, 2))]), b.op("MatMul", [x, b.weight("w", 2, 5, 4)])))
+    broadcast = b.op("MatMul", [b.input("a", (2, 3, 5)), b.input("y", (5, 2))])  # batch dims differ: no kernel
+    unchanged(lower_matmul, b.output(broadcast, b.op("MatMul", [x, b.weight("w", 2, 5, 4)])))

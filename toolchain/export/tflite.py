@@ -19,7 +19,7 @@ Exactness rules:
 - `clamp` is MAXIMUM/MINIMUM (after an int8→int8 QUANTIZE when its output parameters differ);
   a `concat` input with other parameters than the output is requantized by such a QUANTIZE;
   `pad` is PAD when its value quantizes to the zero point, else PADV2; `global_avg_pool` is
-  AVERAGE_POOL_2D over the whole image (`mean=True` writes MEAN instead); `mean` is MEAN.
+  MEAN over H and W (keep_dims), `mean` MEAN over its axes.
 - Tables: sigmoid, tanh, hardswish and leaky_relu are LOGISTIC, TANH, HARD_SWISH and LEAKY_RELU.
   A node whose `lut` came from a TFLite file holds exactly what TFLM computes for that builtin;
   Kiln's own tables round the real function once and can differ from TFLM's fixed point by one
@@ -59,9 +59,9 @@ class Exported:
     tensors: dict[str, int]
 
 
-def to_tflite(graph: Graph, mean: bool = False) -> Exported:
-    """The graph as a .tflite flatbuffer (raises `NotExportable`); `mean` writes global_avg_pool as MEAN."""
-    ex = _Exporter(graph, mean)
+def to_tflite(graph: Graph) -> Exported:
+    """The graph as a .tflite flatbuffer (raises `NotExportable`)."""
+    ex = _Exporter(graph)
     for node in graph.nodes:
         if "kernel" in node.attrs:
             raise NotExportable(f"{node.op} {node.name!r} is lowered (parameters folded); export quantized.kir, the int8 graph before lowering")
@@ -79,9 +79,8 @@ def to_tflite(graph: Graph, mean: bool = False) -> Exported:
 class _Exporter:
     """The TFLite tensors and operators written so far for one graph."""
 
-    def __init__(self, graph: Graph, mean: bool) -> None:
+    def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.mean = mean
         self.tensors: dict[str, me.Tensor] = {}
         self.ops: list[me.Operator] = []
         self.fresh = 0
@@ -196,6 +195,20 @@ def _fully_connected(ex: _Exporter, node: Node) -> None:
     ex.with_activation(node, Op.FULLY_CONNECTED, [ex.tensor(n) for n in node.inputs], "FullyConnectedOptions")
 
 
+def _batch_matmul(ex: _Exporter, node: Node) -> None:
+    """BATCH_MATMUL has no fused activation: a bounded one follows as MAXIMUM/MINIMUM."""
+    out = node.outputs[0]
+    inputs = [ex.tensor(n) for n in node.inputs]
+    bounds = (float(node.attrs.get("act_min", -math.inf)), float(node.attrs.get("act_max", math.inf)))
+    if bounds == (-math.inf, math.inf):
+        ex.emit(Op.BATCH_MATMUL, inputs, [ex.tensor(out)], "BatchMatMulOptions", adjX=False, adjY=False)
+        return
+    pre = ex.temp(out)
+    ex.emit(Op.BATCH_MATMUL, inputs, [pre], "BatchMatMulOptions", adjX=False, adjY=False)
+    q = ex.graph.tensors[out].quant
+    ex.clamp_to(pre, *model_activation_range(*bounds, q.scale[0], q.zero_point[0]), out)
+
+
 def _binary(ex: _Exporter, node: Node) -> None:
     code, options = {"add": (Op.ADD, "AddOptions"), "sub": (Op.SUB, "SubOptions"), "mul": (Op.MUL, "MulOptions")}[node.op]
     ex.with_activation(node, code, [ex.tensor(n) for n in node.inputs], options)
@@ -216,11 +229,7 @@ def _pool(ex: _Exporter, node: Node) -> None:
 
 def _global_avg_pool(ex: _Exporter, node: Node) -> None:
     x, y = ex.tensor(node.inputs[0]), ex.tensor(node.outputs[0])
-    if ex.mean:
-        ex.emit(Op.MEAN, [x, ex.const(np.array([1, 2], np.int32))], [y], "ReducerOptions", keepDims=True)
-        return
-    _, h, w, _ = ex.graph.tensors[node.inputs[0]].shape
-    ex.emit(Op.AVERAGE_POOL_2D, [x], [y], "Pool2DOptions", padding=tfl.Padding.VALID, strideH=1, strideW=1, filterHeight=h, filterWidth=w)
+    ex.emit(Op.MEAN, [x, ex.const(np.array([1, 2], np.int32))], [y], "ReducerOptions", keepDims=True)
 
 
 def _reshape(ex: _Exporter, node: Node) -> None:
@@ -328,6 +337,7 @@ _HANDLERS: dict[str, Callable[[_Exporter, Node], None]] = {
     "conv2d": _conv,
     "depthwise_conv2d": _conv,
     "fully_connected": _fully_connected,
+    "batch_matmul": _batch_matmul,
     "add": _binary,
     "sub": _binary,
     "mul": _binary,

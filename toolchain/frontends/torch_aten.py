@@ -33,9 +33,9 @@ def _pair(values: Any, name: str) -> list[int]:
 # -- convolution and matrix products ------------------------------------------
 @aten("convolution.default")
 def _convolution(e: Emitter, a: dict[str, Any]) -> None:
-    if a["transposed"]:
-        raise Unsupported("transposed convolution is not supported")
     spatial = len(a["stride"])
+    if a["transposed"]:
+        return _conv_transpose(e, a, spatial)
     if spatial not in (1, 2):
         raise Unsupported(f"{spatial}-D convolution is not supported (1-D and 2-D are)")
     inputs = [e.tensor(a["input"]), e.tensor(a["weight"])]
@@ -50,6 +50,16 @@ def _convolution(e: Emitter, a: dict[str, Any]) -> None:
         "group": int(a["groups"]),
     }
     e.finish("Conv", inputs, attrs)
+
+
+def _conv_transpose(e: Emitter, a: dict[str, Any], spatial: int) -> None:
+    if spatial != 2:
+        raise Unsupported(f"{spatial}-D transposed convolution is not supported (2-D is)")
+    inputs = [e.tensor(a["input"]), e.tensor(a["weight"])] + ([e.tensor(a["bias"])] if a["bias"] is not None else [])
+    padding = [int(p) for p in a["padding"]]
+    e.finish("ConvTranspose", inputs, {"strides": [int(s) for s in a["stride"]], "pads": padding + padding,
+                                       "dilations": [int(d) for d in a["dilation"]], "group": int(a["groups"]),
+                                       "output_padding": [int(p) for p in a["output_padding"]]})
 
 
 @aten("linear.default")
@@ -89,6 +99,15 @@ def _batch_norm(e: Emitter, a: dict[str, Any]) -> None:
     bias = e.tensor(a["bias"]) if a["bias"] is not None else e.const("bias", np.zeros(channels, np.float32))
     inputs = [e.tensor(a["input"]), scale, bias, e.tensor(a["running_mean"]), e.tensor(a["running_var"])]
     e.finish("BatchNormalization", inputs, {"epsilon": float(a["eps"])})
+
+
+@aten("native_layer_norm.default")
+def _layer_norm(e: Emitter, a: dict[str, Any]) -> None:
+    shape = e.shape(a["input"])
+    inner = tuple(int(d) for d in a["normalized_shape"])
+    scale = e.tensor(a["weight"]) if a["weight"] is not None else e.const("scale", np.ones(inner, np.float32))
+    bias = e.tensor(a["bias"]) if a["bias"] is not None else e.const("bias", np.zeros(inner, np.float32))
+    e.finish("LayerNormalization", [e.tensor(a["input"]), scale, bias], {"axis": len(shape) - len(inner), "epsilon": float(a["eps"])})
 
 
 # -- activations ---------------------------------------------------------------
@@ -138,8 +157,10 @@ def _rsqrt(e: Emitter, a: dict[str, Any]) -> None:
     e.finish("Reciprocal", [e.step("Sqrt", [e.tensor(a["self"])], {}, "sqrt")])
 
 
-@aten("_softmax.default")
+@aten("_softmax.default", "_safe_softmax.default")
 def _softmax(e: Emitter, a: dict[str, Any]) -> None:
+    """`_safe_softmax` (scaled_dot_product_attention's) differs only on rows that are -inf throughout (fully
+    masked), which a quantized model cannot hold: it is Softmax."""
     e.finish("Softmax", [e.tensor(a["self"])], {"axis": _axis(a["dim"], len(e.shape(a["self"])))})
 
 
@@ -157,10 +178,10 @@ def _binary(op: str, *names: str) -> None:
     aten(*names)(handler)
 
 
-_binary("Add", "add.Tensor")
-_binary("Sub", "sub.Tensor")
-_binary("Mul", "mul.Tensor")
-_binary("Div", "div.Tensor")
+_binary("Add", "add.Tensor", "add.Scalar")
+_binary("Sub", "sub.Tensor", "sub.Scalar")
+_binary("Mul", "mul.Tensor", "mul.Scalar")
+_binary("Div", "div.Tensor", "div.Scalar")
 
 
 @aten("pow.Tensor_Scalar", "pow.Tensor_Tensor")

@@ -41,6 +41,7 @@ _KEEP_WHOLE = (
     "upsample_nearest2d.vec",
     "split.Tensor",
     "split_with_sizes.default",
+    "_safe_softmax.default",
 )
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+, in [^\n]*\n(?P<code>[^\n]*)')

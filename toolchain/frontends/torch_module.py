@@ -5,10 +5,11 @@ The model.py contract:
 - `model()` returns the `nn.Module` to compile, in eval mode (`.eval()`).
 - `example_inputs()` returns a tuple of tensors, one per forward() input,
   batch dimension included; they fix the graph's input shapes.
-- `calibration_data()` (optional) returns N calibration samples as a tensor
-  or array shaped (N, *input_shape) for a single-input model, a list of N
-  tuples (one tensor per input), or a dict input name -> array
-  (N, *input_shape).
+- `calibration_data()` (optional) returns calibration samples in any form
+  `toolchain.samples` reads: a tensor or array shaped (N, *input_shape) or
+  (N, *input_shape[1:]), a dict by input name, or any iterable (list,
+  generator, DataLoader) of samples, batches, tuples, dicts or
+  (inputs, labels) pairs.
 
 Graph inputs are named after forward()'s parameters. The model.toml `inputs`
 table, when it names an input, must agree with example_inputs() in shape and
@@ -35,6 +36,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from toolchain import samples
 from toolchain.errors import KilnError
 from toolchain.frontends import Imported
 from toolchain.frontends.torch_graph import check_bindings, convert, describe, quiet_torch
@@ -54,9 +56,9 @@ def import_module_file(source: Path, name: str, inputs: dict[str, Any], depends:
         module_obj = _call(module, "model", where)
         examples = _examples(_call(module, "example_inputs", where), where)
         graph = import_module(module_obj, examples, name, inputs, where, source.parent)
-        calibration = _call(module, "calibration_data", where) if hasattr(module, "calibration_data") else None
-    shapes = {n: graph.tensors[n].shape for n in graph.inputs}
-    return Imported(graph, normalize_calibration(calibration, shapes, where) if calibration is not None else {})
+        shapes = {n: graph.tensors[n].shape for n in graph.inputs}
+        calibration = _calibration(module, shapes, where) if hasattr(module, "calibration_data") else {}
+    return Imported(graph, calibration)
 
 
 def import_module(module: Any, examples: tuple[torch.Tensor, ...], name: str, inputs: dict[str, Any] | None = None,
@@ -197,38 +199,16 @@ def _export(module: torch.nn.Module, examples: tuple[torch.Tensor, ...], where: 
         raise KilnError(f"{where}: torch.export failed: {describe(exc)}") from None
 
 
-def normalize_calibration(value: Any, shapes: dict[str, tuple[int, ...]], where: str) -> dict[str, np.ndarray]:
-    """Any accepted calibration_data() form as {input name: float32 (N, *input_shape)}."""
-    names = list(shapes)
-    if isinstance(value, dict):
-        unknown = sorted(set(value) - set(names))
-        missing = [n for n in names if n not in value]
-        if unknown or missing:
-            raise KilnError(f"{where}: calibration_data() keys {sorted(value)} do not match the inputs {names}")
-        arrays = {n: _array(value[n], f"{where}: calibration_data()[{n!r}]") for n in names}
-    elif isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple)):
-        if any(not isinstance(s, (list, tuple)) or len(s) != len(names) for s in value):
-            raise KilnError(f"{where}: calibration_data() samples must be tuples of {len(names)} tensors ({', '.join(names)})")
-        arrays = {n: np.stack([_array(s[i], f"{where}: calibration_data() sample") for s in value]) for i, n in enumerate(names)}
-    elif len(names) == 1:
-        arrays = {names[0]: _array(value, f"{where}: calibration_data()")}
-    else:
-        raise KilnError(f"{where}: calibration_data() of a {len(names)}-input model must be a list of tuples or a dict by input name")
-    counts = {len(a) for a in arrays.values()}
-    if len(counts) != 1 or 0 in counts:
-        raise KilnError(f"{where}: calibration_data() gives {sorted(counts)} samples per input; every input needs the same N >= 1")
+def _calibration(module: ModuleType, shapes: dict[str, tuple[int, ...]], where: str) -> dict[str, np.ndarray]:
+    """calibration_data() in any form `toolchain.samples` accepts, as {input name: float32 (N, *input_shape)}.
+
+    Runs while model.py is loaded, single-threaded and without autograd: a
+    generator or DataLoader executes the user's code only as it is read.
+    """
+    what = f"{where}: calibration_data()"
+    with torch.no_grad():
+        arrays = samples.collect(_call(module, "calibration_data", where), shapes, what)
     for n, a in arrays.items():
-        if a.shape[1:] != tuple(shapes[n]):
-            raise KilnError(f"{where}: calibration_data() for {n!r} has shape {list(a.shape)}, expected [N, {', '.join(map(str, shapes[n]))}]")
         if not np.isfinite(a).all():
-            raise KilnError(f"{where}: calibration_data() for {n!r} contains NaN or infinity")
+            raise KilnError(f"{what} for {n!r} contains NaN or infinity")
     return arrays
-
-
-def _array(value: Any, what: str) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    try:
-        return np.ascontiguousarray(np.asarray(value, dtype=np.float32))
-    except (TypeError, ValueError) as exc:
-        raise KilnError(f"{what} is not numeric: {exc}") from None

@@ -132,6 +132,28 @@ def _fully_connected(node, ins):
     return [((x.shape[0], w.shape[0]), x.dtype)]
 
 
+@op("layer_norm", "kernel", frozenset({"float32", "int8"}))
+def _layer_norm(node, ins):
+    x, gamma, beta = ins
+    size = x.shape[-1] if x.shape else 0
+    for name, t in (("gamma", gamma), ("beta", beta)):
+        if t is None or t.shape != (size,) or t.dtype != "float32":
+            raise OpError(f"{name} must be float32 of shape ({size},), one value per element of the last axis")
+    return [(x.shape, x.dtype)]
+
+
+@op("batch_matmul", "kernel", frozenset({"float32", "int8"}))
+def _batch_matmul(node, ins):
+    a, b = ins
+    if len(a.shape) < 2 or len(b.shape) != len(a.shape) or a.shape[:-2] != b.shape[:-2]:
+        raise OpError(f"expects operands [..., M, K] and [..., K, N] with the same batch dims, got {a.shape} and {b.shape}")
+    if a.shape[-1] != b.shape[-2]:
+        raise OpError(f"inner dims differ: {a.shape} @ {b.shape}")
+    if a.dtype != b.dtype:
+        raise OpError(f"input dtypes differ: {a.dtype} and {b.dtype}")
+    return [((*a.shape[:-1], b.shape[-1]), a.dtype)]
+
+
 def _binary(node, ins):
     a, b = ins
     if a.dtype != b.dtype:
@@ -307,6 +329,25 @@ def _onnx_conv(node, ins):
     return [((x.shape[0], w.shape[0], *out), x.dtype)]
 
 
+@op("ConvTranspose", "source", FLOAT)
+def _onnx_conv_transpose(node, ins):
+    """2-D transposed convolution with explicit pads (begins then ends) and output_padding."""
+    x, w, b = (ins + [None])[:3]
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise OpError(f"expects a 4-D input and [in, out/group, kh, kw] weights, got {x.shape} and {w.shape}")
+    group = int(node.attrs.get("group", 1))
+    if x.shape[1] != w.shape[0]:
+        raise OpError(f"input has {x.shape[1]} channels, weights expect {w.shape[0]}")
+    _check_bias(b, w.shape[1] * group)
+    a = node.attrs
+    strides, dil = a.get("strides", [1, 1]), a.get("dilations", [1, 1])
+    pads, extra = a.get("pads", [0, 0, 0, 0]), a.get("output_padding", [0, 0])
+    out = [(x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + 2] + dil[i] * (w.shape[2 + i] - 1) + extra[i] + 1 for i in range(2)]
+    if min(out) < 1:
+        raise OpError(f"output size {out} is empty")
+    return [((x.shape[0], w.shape[1] * group, *out), x.dtype)]
+
+
 @op("Gemm", "source", FLOAT)
 def _onnx_gemm(node, ins):
     a, b, c = (ins + [None])[:3]
@@ -334,6 +375,18 @@ def _onnx_matmul(node, ins):
     if len(b.shape) == 1:
         shape = shape[:-1]
     return [(shape, a.dtype)]
+
+
+@op("LayerNormalization", "source", FLOAT)
+def _onnx_layer_norm(node, ins):
+    """Y, and when the node lists them Mean and InvStdDev (float32, the normalized axes kept as 1)."""
+    x = ins[0]
+    axis = norm_axis(int(node.attrs.get("axis", -1)), len(x.shape))
+    for t in ins[1:3]:
+        if t is not None and broadcast(x.shape[axis:], t.shape) != x.shape[axis:]:
+            raise OpError(f"parameter shape {t.shape} does not broadcast to the normalized shape {x.shape[axis:]}")
+    stats = (x.shape[:axis] + (1,) * (len(x.shape) - axis), "float32")
+    return [(x.shape, x.dtype)] + [stats] * (len(node.outputs) - 1)
 
 
 @op("BatchNormalization", "source", FLOAT)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from toolchain.errors import KilnError, node_context
 from toolchain.ir.graph import Graph
-from toolchain.lower import activation, binary, conv, movement, pool
+from toolchain.lower import activation, binary, conv, movement, norm, pool
 from toolchain.lower.common import Rule, Site
 from toolchain.numerics.functions import ELEMENTWISE_OPS
 
@@ -21,6 +21,7 @@ PORTABLE: dict[str, Rule] = {
     "conv2d": conv.lower_conv2d,
     "depthwise_conv2d": conv.lower_depthwise,
     "fully_connected": conv.lower_fully_connected,
+    "batch_matmul": conv.lower_batch_matmul,
     "add": binary.lower_binary,
     "sub": binary.lower_binary,
     "mul": binary.lower_binary,
@@ -39,6 +40,7 @@ PORTABLE: dict[str, Rule] = {
     "pad": movement.lower_pad,
     "resize_nearest": movement.lower_resize_nearest,
     "softmax": activation.lower_softmax,
+    "layer_norm": norm.lower_layer_norm,
     "quantize": activation.lower_quantize,
     "dequantize": activation.lower_dequantize,
     **{op: activation.lower_elementwise for op in ELEMENTWISE_OPS},

@@ -6,7 +6,7 @@ import numpy as np
 from toolchain.ir.graph import Node, Tensor
 from toolchain.lower.common import Site, Unsupported, constant_data, four_d, qparams
 from toolchain.numerics.fixedpoint import wrap_int32
-from toolchain.numerics.params import channel_multipliers
+from toolchain.numerics.params import channel_multipliers, mul_multiplier
 
 
 def _window(site: Site, w_shape: tuple[int, ...], kh_axis: int) -> dict[str, int]:
@@ -81,6 +81,18 @@ def lower_depthwise(site: Site) -> list[Node]:
         return [site.call("kiln_depthwise_conv2d_f32", _float_inputs(site, w_shape[3]), **geo, **site.act_bits())]
     inputs, quant = _int8_constants(site, 3, (0, 1, 2))
     return [site.call("kiln_depthwise_conv2d_s8", inputs, **geo, input_zp=qparams(site.input(0), "input")[1], **quant)]
+
+
+def lower_batch_matmul(site: Site) -> list[Node]:
+    """[..., M, K] @ [..., K, N], the batch dims flattened; int8 as TFLite's BATCH_MATMUL (both operands offset)."""
+    a, b, y = site.input(0), site.input(1), site.output()
+    batches, m, k, n = int(np.prod(a.shape[:-2], dtype=np.int64)), a.shape[-2], a.shape[-1], b.shape[-1]
+    if not site.int8:
+        return [site.call("kiln_batch_matmul_f32", [a.name, b.name], batches=batches, m=m, k=k, n=n, **site.act_bits())]
+    (sa, za), (sb, zb), (sy, zy) = qparams(a, "input"), qparams(b, "input"), qparams(y, "output")
+    mult, shift = mul_multiplier(sa, sb, sy)
+    return [site.call("kiln_batch_matmul_s8", [a.name, b.name], batches=batches, m=m, k=k, n=n, a_offset=-za, b_offset=-zb,
+                      out_mult=mult, out_shift=shift, out_zp=zy, **site.act_range())]
 
 
 def lower_fully_connected(site: Site) -> list[Node]:

@@ -1,10 +1,11 @@
-"""max_pool2d, avg_pool2d, global_avg_pool (int8 versions keep the input's quantization), and TFLM's int8 mean."""
+"""max_pool2d, avg_pool2d: int8 versions keep the input's quantization; global_avg_pool and TFLite Micro's int8
+mean requantize (TFLite's MEAN, 1/count folded into the multiplier)."""
 from __future__ import annotations
 
 from toolchain.ir.graph import Node
 from toolchain.ir.ops import mean_split
 from toolchain.lower.common import Site, Unsupported, four_d, qparams, require_same_quant
-from toolchain.numerics.tflm import mean_multiplier
+from toolchain.numerics.params import mean_multiplier
 
 
 def lower_pool(site: Site) -> list[Node]:
@@ -24,10 +25,11 @@ def lower_pool(site: Site) -> list[Node]:
 
 def lower_global_avg_pool(site: Site) -> list[Node]:
     n, h, w, c = four_d(site.input(0).shape, "input")
-    if site.int8:
-        require_same_quant(site)
-    suffix = "s8" if site.int8 else "f32"
-    return [site.call(f"kiln_global_avg_pool_{suffix}", [site.input(0).name], n=n, hw=h * w, c=c)]
+    if not site.int8:
+        return [site.call("kiln_global_avg_pool_f32", [site.input(0).name], n=n, hw=h * w, c=c)]
+    (in_scale, in_zp), (out_scale, out_zp) = qparams(site.input(0), "input"), qparams(site.output(), "output")
+    mult, shift = mean_multiplier(in_scale, out_scale, h * w)
+    return [site.call("kiln_global_avg_pool_s8", [site.input(0).name], n=n, hw=h * w, c=c, input_zp=in_zp, mult=mult, shift=shift, out_zp=out_zp)]
 
 
 def lower_mean(site: Site) -> list[Node]:

@@ -58,6 +58,18 @@ def channel_multipliers(in_scale: float, w_scales: tuple[float, ...], out_scale:
     return mult, shift
 
 
+def mean_multiplier(in_scale: float, out_scale: float, count: int) -> tuple[int, int]:
+    """int8 mean of `count` values: in_scale/out_scale with 1/count folded in, as TFLite's `QuantizedMeanOrSum`.
+
+    The multiplier of in_scale/out_scale is scaled by 2^k / count (truncating),
+    k = floor(log2 count) kept at most 32 and at most 31 + shift, and the shift
+    lowered by k.
+    """
+    mult, shift = requant_multiplier(in_scale, out_scale)
+    k = min(count.bit_length() - 1, 32, 31 + shift)
+    return (mult << k) // count, shift - k
+
+
 def requant_multiplier(in_scale: float, out_scale: float) -> tuple[int, int]:
     """int8 → int8 rescaling (TFLite's Requantize): in_scale/out_scale."""
     return checked_multiplier(in_scale / out_scale, "requantize")

@@ -8,8 +8,8 @@ behind an input-radius saturation), HARD_SWISH (the int16 multiplier chain), LEA
 and int8→int8 QUANTIZE (`MultiplyByQuantizedMultiplier` with TFLM's multipliers), RELU6 (a
 clamp of the raw input to bounds on the input's scale). Each function follows the kernel's
 Prepare (how the multipliers are formed, float32 or double) and Eval; tests hold every table
-to the TFLM interpreter at all 256 inputs. `mean_multiplier` is the rescaling of TFLM's int8
-MEAN (`QuantizedMeanOrSum`), which folds 1/count into its multiplier.
+to the TFLM interpreter at all 256 inputs. (TFLM's MEAN, which folds 1/count into its
+multiplier, is `params.mean_multiplier`.)
 
 Arrays are int64 holding int32 (or int16) values, wrapped or saturated where C would.
 """
@@ -257,9 +257,3 @@ def hard_swish_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int)
     out = divide_by_power_of_two(_i16_high_mul(reluish, preshift, rounding=False), -out_exp) + out_zp
     return np.clip(out, INT8_MIN, INT8_MAX).astype(np.int8)
 
-
-def mean_multiplier(in_scale: float, out_scale: float, count: int) -> tuple[int, int]:
-    """TFLM int8 MEAN's (multiplier, shift): in_scale/out_scale with 1/count folded in (`QuantizedMeanOrSum`)."""
-    multiplier, shift = quantize_multiplier(float(_f32(in_scale)) / float(_f32(out_scale)))
-    fold = min(count.bit_length() - 1, 32, 31 + shift)
-    return int(wrap_int32((multiplier << fold) // count)), shift - fold

@@ -15,9 +15,11 @@ from toolchain.ir.graph import Graph
 from toolchain.ir.verify import verify
 from toolchain.passes import (
     cancel_transposes,
+    clamp_into_concat,
     conv1d_to_conv2d,
     eliminate_dead,
     fold_batchnorm,
+    fold_bias_add,
     fold_constants,
     fold_flatten_transpose,
     fold_pad,
@@ -28,6 +30,8 @@ from toolchain.passes import (
     kernel_form,
     lower_activations,
     lower_arithmetic,
+    lower_conv_transpose,
+    lower_layer_norm,
     lower_matmul,
     lower_shapes,
     lower_slicing,
@@ -58,9 +62,11 @@ PASSES: tuple[Pass, ...] = tuple(
         conv1d_to_conv2d,
         relabel_depthwise,
         split_groups,
+        lower_conv_transpose,
         to_nhwc,
         lower_matmul,
         lower_activations,
+        lower_layer_norm,
         lower_arithmetic,
         lower_shapes,
         lower_slicing,
@@ -69,6 +75,8 @@ PASSES: tuple[Pass, ...] = tuple(
         fold_flatten_transpose,
         merge_reshapes,
         fold_pad,
+        fold_bias_add,
+        clamp_into_concat,
         fuse_activation,
     )
 )

@@ -7,9 +7,11 @@ from toolchain.ir.ops import OPS
 
 REASONS = {
     "Conv": "needs constant weights and bias and a 1-D or 2-D input",
-    "MatMul": "needs a constant weight (a product of two activations has no kernel)",
+    "MatMul": "needs a constant weight, or two activations of one rank >= 2 with the same batch dims",
     "Gemm": "needs a constant B (a product of two activations has no kernel), and beta = 1 for a non-constant C",
     "BatchNormalization": "needs constant parameters",
+    "ConvTranspose": "is supported only with kernel == stride, no padding, dilation or output padding, one group and float weights",
+    "LayerNormalization": "needs a constant scale and bias, and its mean and inverse-deviation outputs unused",
     "Clip": "needs constant bounds",
     "MaxPool": "supports 1-D and 2-D pooling without dilation or an indices output",
     "AveragePool": "supports 1-D and 2-D pooling without dilation",

@@ -1,10 +1,12 @@
-"""MatMul / Gemm with a constant weight become `fully_connected` with [out, in] weights.
+"""MatMul / Gemm with a constant weight become `fully_connected` with [out, in] weights; a MatMul of two
+activations (attention's Q.K^T, P.V) becomes `batch_matmul`.
 
 Transposes of the weight and alpha are folded at compile time (a QDQ weight
 keeps its integers: alpha > 0 scales its scales); beta * C becomes the bias
 when it is one value per output, else an `add` after. transA becomes a
 `transpose` of the input. MatMul inputs of rank != 2 are reshaped to
-[rows, K] and the result back, since `fully_connected` is 2-D.
+[rows, K] and the result back, since `fully_connected` is 2-D. A product of
+activations needs operands of one rank >= 2 with the same batch dims.
 """
 from __future__ import annotations
 
@@ -18,12 +20,20 @@ def run(graph: Graph) -> tuple[Graph, bool]:
     rw = Rewriter(graph)
     for node in rw.walk():
         w = rw.tensor(node.inputs[1]) if node.op in ("Gemm", "MatMul") else None
-        if w is None or w.data is None or rw.tensor(node.inputs[0]).dtype != "float32":
+        if w is None or rw.tensor(node.inputs[0]).dtype != "float32":
+            continue
+        if w.data is None:
+            if node.op == "MatMul" and _same_batch(rw.tensor(node.inputs[0]).shape, w.shape) and rw.const(node.inputs[0]) is None:
+                rw.replace(node, [node.copy(op="batch_matmul", attrs=no_act())])
             continue
         nodes = _gemm(rw, node) if node.op == "Gemm" else _matmul(rw, node)
         if nodes is not None:
             rw.replace(node, nodes)
     return rw.finish()
+
+
+def _same_batch(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return len(a) == len(b) >= 2 and a[:-2] == b[:-2]
 
 
 def _scaled(q: QuantParams | None, factor: float) -> QuantParams | None:

@@ -17,7 +17,8 @@ from toolchain.ir.graph import DTYPES, Graph, Node, QuantParams, Tensor, dtype_n
 
 INF = math.inf
 # Kernel ops that carry a fused activation range (`act_min`/`act_max`).
-ACT_OPS = frozenset({"conv2d", "depthwise_conv2d", "fully_connected", "add", "sub", "mul", "div", "max_pool2d", "avg_pool2d", "clamp"})
+ACT_OPS = frozenset({"conv2d", "depthwise_conv2d", "fully_connected", "batch_matmul", "add", "sub", "mul", "div", "max_pool2d", "avg_pool2d",
+                     "clamp"})
 
 
 def no_act() -> dict[str, float]:

@@ -4,10 +4,12 @@ A quantized TFLite source passes through unchanged: its file fixed everything.
 
 1. Decide which nodes run in int8 (every node of a float source; the nodes a
    QDQ source quantized) and which float tensors get int8 parameters.
-2. Group the tensors that must share parameters; pin the groups whose
-   parameters are fixed (source QDQ parameters, softmax/sigmoid/tanh outputs).
-3. Calibrate the other groups: the float reference runs the calibration
-   samples and an observer turns each tensor's values into a range.
+2. Calibrate: the float reference runs the calibration samples and an
+   observer turns each quantized tensor's values into a range.
+3. Group the tensors that must share parameters; pin the groups whose
+   parameters are fixed (source QDQ parameters, softmax/sigmoid/tanh
+   outputs), requantizing where two constraints disagree; every other group
+   gets the union of its members' ranges.
 4. Rewrite: int8 activations, int8 weights, int32 biases, and explicit
    quantize/dequantize nodes at the boundaries of float islands.
 
@@ -41,15 +43,14 @@ def quantize(graph: Graph, config: dict[str, Any], calibration: dict[str, np.nda
         if node.op in ("quantize", "dequantize"):
             raise KilnError(f"graph {g.name!r}: node {index} {node.name!r} ({node.op}): the graph is already quantized")
     plan = plan_int8(g)
-    groups = build_groups(g, plan)
-    needed = unfixed(g, groups)
-    ranges: dict[str, tuple[float, float]] = {}
-    if needed and not calibration:
-        if g.meta.get("quantized_source") != "qdq":
-            raise missing_calibration_error(g)
+    if not calibration and g.meta.get("quantized_source") != "qdq":
+        raise missing_calibration_error(g)
+    observed = [n for n in sorted(plan.quantized) if not g.tensors[n].is_constant]
+    ranges = observe_ranges(g, calibration, observed, config) if calibration else {}
+    groups = build_groups(g, plan, ranges)
+    needed = [n for n in unfixed(g, groups) if n not in ranges]
+    if needed:
         raise KilnError(f"model {g.name!r}: the QDQ source gives no quantization parameters for tensor(s) {', '.join(needed)}; "
                         "provide calibration data (calibration_data() in model.py or quant.calibration in model.toml) to fill them")
-    if needed:
-        ranges = observe_ranges(g, calibration, needed, config)
-    rewrite(g, plan, group_params(g, groups, ranges), config["per_channel"])
+    rewrite(g, plan, group_params(groups), config["per_channel"])
     return g

@@ -32,18 +32,19 @@ CONFIG: dict[str, Key] = {
                 "\"int8\" quantizes the graph (TFLite/CMSIS-NN int8 scheme); \"none\" keeps it in float for the float C path.",
                 one_of("int8", "none")),
     "observer": Key("observer", str, "minmax",
-                    "How calibration picks each activation range: \"minmax\", \"moving_average\" (min/max averaged over samples), "
+                    "How calibration picks each activation range: \"minmax\", \"moving_average\" (min/max averaged over batches of 32 samples), "
                     "\"percentile\" (clips outliers) or \"mse\" (the range with the least quantization error).",
                     one_of(*OBSERVERS)),
     "percentile": Key("percentile", (int, float), 99.99,
                       "The \"percentile\" observer keeps values between the (100 - p)th and the pth percentile.", _percentile),
     "averaging_constant": Key("averaging_constant", (int, float), 0.01,
-                              "The \"moving_average\" observer's weight of each new sample's min/max.", _fraction_open),
+                              "The \"moving_average\" observer's weight of each new batch's min/max (after the first 1/c batches, which weigh equally).", _fraction_open),
     "per_channel": Key("per_channel", bool, True,
                        "Conv and fully connected weights get one scale per output channel (false: one per tensor)."),
     "calibration": Key("calibration", list, [],
-                       "Calibration files relative to the model folder (.npy: samples stacked on a leading axis for a "
-                       "single-input model; .npz: one array per input name); when given they replace calibration_data().",
+                       "Calibration files relative to the model folder (.npy: a single-input model's samples shaped "
+                       "[N, *input_shape] or [N, *input_shape[1:]]; .npz: one such array per input name); when given they "
+                       "replace calibration_data().",
                        _calibration_files),
     "max_samples": Key("max_samples", int, 256,
                        "At most this many calibration samples are used (a seeded choice); 0 uses them all.", _non_negative),

@@ -5,12 +5,18 @@ the source quantized its outputs (or, for ops that only move data, its
 inputs); the other nodes form float islands.
 
 Tensors that must share parameters (data movement, average pooling, concat)
-form groups. A group is pinned when a member's parameters are fixed (by the
-source's QDQ parameters or by the op, e.g. softmax's 1/256); two differently
-pinned groups are never merged: a requantizing `clamp` (bounds ±inf) is
-inserted on the edge instead (for a concat whose output is free, on every
-pinned input, so the concat is calibrated over all of them). Unpinned groups
-get their parameters from the union of their members' calibrated ranges.
+form groups. A group is pinned when a member's parameters are given (by the
+source's QDQ parameters) or fixed by its op (softmax's 1/256). The rule:
+every tensor's int8 range covers its calibrated float range. So two groups
+merge only when their constraints agree: two pins must be equal, and a fixed
+pin must cover the calibrated range of the group it would absorb (to within
+one step: a softmax reaches 1.0, its grid 255/256).
+Where they disagree, a requantizing `clamp` (bounds ±inf) is inserted on the
+edge: before a data-movement op's input, or on a concat input, so the concat
+is calibrated over all its inputs (TFLite requantizes such concat inputs
+too). An unpinned group gets its parameters from the union of its members'
+calibrated ranges. A source's given parameters are taken as they are: what
+the source chose to clip stays clipped.
 """
 from __future__ import annotations
 
@@ -21,12 +27,13 @@ import numpy as np
 
 from toolchain.errors import KilnError, node_context
 from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
-from toolchain.quantize.scheme import DATA_MOVEMENT, FIXED_OUTPUT, FLOAT_ONLY, SHARES_INPUT, UNIFIED, WEIGHTED, choose_qparams
+from toolchain.quantize.scheme import (DATA_MOVEMENT, FIXED_OUTPUT, FLOAT_ONLY, PARAMETERS, SHARES_INPUT, UNIFIED, WEIGHTED,
+                                      choose_qparams)
 
 
 def activation_inputs(node: Node) -> list[str]:
     """The inputs that carry activation-like values (weights and biases of weighted ops excluded)."""
-    names = node.inputs[:1] if node.op in WEIGHTED else node.inputs
+    names = node.inputs[:1] if node.op in WEIGHTED or node.op in PARAMETERS else node.inputs
     return [i for i in names if i]
 
 
@@ -71,31 +78,49 @@ def _runs_int8(graph: Graph, node: Node, int8_values: set[str], qdq: bool, index
     return node.op in DATA_MOVEMENT and bool(ins) and all(i in int8_values or graph.tensors[i].quant is not None for i in ins)
 
 
-class Groups:
-    """Union-find over tensor names; a root may carry pinned parameters."""
+Span = tuple[float, float]
 
-    def __init__(self) -> None:
+
+class Groups:
+    """Union-find over tensor names. A root may carry pinned parameters (`fixed`: pinned by its op, so
+    coverage-checked) and the union of its members' calibrated ranges (`span`, when calibration ran)."""
+
+    def __init__(self, ranges: dict[str, Span]) -> None:
         self.parent: dict[str, str] = {}
         self.pin: dict[str, QuantParams] = {}
+        self.fixed: set[str] = set()
+        self.span: dict[str, Span] = {}
+        self.ranges = ranges
 
     def find(self, name: str) -> str:
-        self.parent.setdefault(name, name)
+        if name not in self.parent:
+            self.parent[name] = name
+            if name in self.ranges:
+                self.span[name] = self.ranges[name]
         while self.parent[name] != name:
             self.parent[name] = self.parent[self.parent[name]]
             name = self.parent[name]
         return name
 
     def union(self, a: str, b: str) -> bool:
-        """Merge a's and b's groups; False (no merge) when both are pinned to different parameters."""
+        """Merge a's and b's groups; False (no merge) when their pins differ or a fixed pin misses the other's span."""
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return True
         pa, pb = self.pin.get(ra), self.pin.get(rb)
         if pa is not None and pb is not None and pa != pb:
             return False
+        if (ra in self.fixed and not covers(pa, self.span.get(rb))) or (rb in self.fixed and not covers(pb, self.span.get(ra))):
+            return False
         self.parent[rb] = ra
         if pa is None and pb is not None:
             self.pin[ra] = self.pin.pop(rb)
+        if rb in self.fixed:
+            self.fixed.discard(rb)
+            self.fixed.add(ra)
+        spans = [s for s in (self.span.get(ra), self.span.pop(rb, None)) if s is not None]
+        if spans:
+            self.span[ra] = (min(s[0] for s in spans), max(s[1] for s in spans))
         return True
 
     def members(self) -> dict[str, list[str]]:
@@ -105,12 +130,27 @@ class Groups:
         return out
 
 
-def build_groups(graph: Graph, plan: Plan) -> Groups:
-    """Group `plan.quantized` tensors by the sharing rules; edits `graph` (and `plan`) to insert requantizations."""
-    groups = Groups()
+def covers(params: QuantParams, span: Span | None) -> bool:
+    """Whether `params` represent the float range `span` to within one step (unknown spans are covered)."""
+    if span is None:
+        return True
+    scale, zp = float(params.scale[0]), int(params.zero_point[0])
+    return scale * (-129 - zp) <= span[0] and span[1] <= scale * (128 - zp)
+
+
+def build_groups(graph: Graph, plan: Plan, ranges: dict[str, Span]) -> Groups:
+    """Group `plan.quantized` tensors by the sharing rules; edits `graph` (and `plan`, `ranges`) to insert requantizations.
+
+    `ranges` holds the calibrated range of every non-constant quantized tensor, or nothing (a QDQ source
+    without calibration data, whose groups then merge on equal pins alone).
+    """
+    groups = Groups(ranges)
     for name in sorted(plan.quantized):
+        t = graph.tensors[name]
+        if t.is_constant:
+            ranges.setdefault(name, (float(np.min(t.data, initial=0.0)), float(np.max(t.data, initial=0.0))))
         groups.find(name)
-        given = _given_params(graph.tensors[name])
+        given = _given_params(t)
         if given is not None:
             groups.pin[name] = given
     for node in list(graph.nodes):
@@ -128,31 +168,31 @@ def build_groups(graph: Graph, plan: Plan) -> Groups:
 
 
 def _join(graph: Graph, plan: Plan, groups: Groups, node: Node, index: int, out: str) -> None:
-    """Put input `index` in `out`'s group, through a requantization when their pins differ."""
+    """Put input `index` in `out`'s group, through a requantization when their constraints disagree."""
     if not groups.union(node.inputs[index], out):
         _requantize_input(graph, plan, groups, node, index, out)
 
 
 def _requantize_input(graph: Graph, plan: Plan, groups: Groups, node: Node, index: int, out: str) -> None:
     """Feed input `index` through a requantizing clamp whose output joins `out`'s group."""
+    src = node.inputs[index]
     requantized = insert_requantize_before(graph, node, index)
     plan.int8_nodes.add(graph.producers()[requantized].name)
     plan.quantized.add(requantized)
-    groups.union(out, requantized)
+    if src in groups.ranges:
+        groups.ranges[requantized] = groups.ranges[src]
+    if not groups.union(out, requantized):
+        raise AssertionError(f"requantized {src!r} cannot join {out!r}")
 
 
 def _unify(graph: Graph, plan: Plan, groups: Groups, node: Node) -> None:
-    """One group for a concat's inputs and output. When unpinned output meets inputs pinned to different
-    parameters, every pinned input is requantized, so the group is calibrated over all of them."""
+    """One group for a concat's inputs and output: the unpinned inputs join first, so the group's span is
+    whole when a pinned input is considered; a pinned input that disagrees with it is requantized."""
     out = node.outputs[0]
     indices = [i for i, name in enumerate(node.inputs) if name]
-    pins = {groups.pin.get(groups.find(node.inputs[i])) for i in indices} - {None}
-    requantize_pinned = groups.find(out) not in groups.pin and len(pins) > 1
-    for i in indices:
-        if requantize_pinned and groups.find(node.inputs[i]) in groups.pin:
-            _requantize_input(graph, plan, groups, node, i, out)
-        else:
-            _join(graph, plan, groups, node, i, out)
+    pinned = [i for i in indices if groups.find(node.inputs[i]) in groups.pin]
+    for i in [i for i in indices if i not in pinned] + pinned:
+        _join(graph, plan, groups, node, i, out)
 
 
 def _given_params(t: Tensor) -> QuantParams | None:
@@ -177,8 +217,12 @@ def _pin_fixed_output(graph: Graph, plan: Plan, groups: Groups, node: Node) -> N
         moved = insert_requantize_after(graph, node, out)
         plan.int8_nodes.add(graph.producers()[moved].name)
         plan.quantized.add(moved)
+        if out in groups.ranges:
+            groups.ranges[moved] = groups.ranges[out]
         groups.pin[groups.find(moved)] = groups.pin.pop(root)
-    groups.pin[groups.find(out)] = fixed
+    root = groups.find(out)
+    groups.pin[root] = fixed
+    groups.fixed.add(root)
 
 
 def _clamp_node(graph: Graph, base: str, src: str, dst: str) -> Node:
@@ -207,23 +251,13 @@ def insert_requantize_after(graph: Graph, node: Node, out: str) -> str:
     return dst
 
 
-def group_params(graph: Graph, groups: Groups, ranges: dict[str, tuple[float, float]]) -> dict[str, QuantParams]:
-    """Parameters of every grouped tensor: the pin, or the union of the members' ranges."""
+def group_params(groups: Groups) -> dict[str, QuantParams]:
+    """Parameters of every grouped tensor: the pin, or those of the union of the members' ranges."""
     params: dict[str, QuantParams] = {}
     for root, names in groups.members().items():
-        p = groups.pin.get(root)
-        if p is None:
-            spans = [_range(graph.tensors[n], ranges) for n in names]
-            spans = [s for s in spans if s is not None]
-            p = choose_qparams(min(s[0] for s in spans), max(s[1] for s in spans))
+        p = groups.pin.get(root) or choose_qparams(*groups.span[root])
         params.update((n, p) for n in names)
     return params
-
-
-def _range(t: Tensor, ranges: dict[str, tuple[float, float]]) -> tuple[float, float] | None:
-    if t.is_constant:
-        return (float(np.min(t.data, initial=0.0)), float(np.max(t.data, initial=0.0)))
-    return ranges.get(t.name)
 
 
 def unfixed(graph: Graph, groups: Groups) -> list[str]:

@@ -1,7 +1,9 @@
 """Observers: how calibration turns a tensor's observed values into a float range.
 
 An observer sees one tensor's value for every calibration sample (in sample
-order) and returns the range (lo, hi) to quantize it to. Histogram observers
+order; `observe_batch` takes several samples stacked on a leading axis, with
+the same result as taking them one by one) and returns the range (lo, hi) to
+quantize it to. Histogram observers
 (percentile, MSE) need two passes over the samples: the first finds the
 min/max that fixes the histogram's bins, the second fills the histogram, so
 their memory stays bounded however many samples there are. Everything here is
@@ -31,6 +33,10 @@ class Observer:
             self.lo = min(self.lo, float(np.min(x)))
             self.hi = max(self.hi, float(np.max(x)))
 
+    def observe_batch(self, xs: np.ndarray, pass_index: int = 0) -> None:
+        """Samples stacked on axis 0; min, max and histograms aggregate them all at once."""
+        self.observe(xs, pass_index)
+
     @property
     def seen(self) -> bool:
         return self.lo <= self.hi
@@ -46,32 +52,52 @@ class MinMaxObserver(Observer):
 
 
 class MovingAverageObserver(Observer):
-    """Min and max as exponential moving averages over samples, like PyTorch's MovingAverageMinMaxObserver.
+    """Min and max as moving averages over calibration batches, like PyTorch's MovingAverageMinMaxObserver.
 
-    The first sample sets them; each later sample moves them by `c` times the
-    difference to its own min/max, so rare outlier samples count less.
+    PyTorch's observer sees one calibration batch per step; Kiln's samples
+    come one at a time, so consecutive samples form batches of BATCH (the last
+    may be shorter). Each batch moves the averages towards its own min and max
+    by a weight, so rare outlier batches count less. The weight is the
+    averaging constant `c`, except while fewer than 1/c batches have been
+    seen: the k-th batch then weighs 1/k, an equal average, so the estimate
+    never rests on the first batch alone.
     """
+
+    BATCH = 32
 
     def __init__(self, averaging_constant: float) -> None:
         super().__init__()
         self.c = float(averaging_constant)
-        self.avg_lo: float | None = None
-        self.avg_hi = 0.0
+        self.batches = 0
+        self.avg_lo = self.avg_hi = 0.0
+        self.pending = 0
+        self.batch_lo, self.batch_hi = np.inf, -np.inf
 
     def observe(self, x: np.ndarray, pass_index: int = 0) -> None:
         super().observe(x, pass_index)
         if not x.size:
             return
-        lo, hi = float(np.min(x)), float(np.max(x))
-        if self.avg_lo is None:
-            self.avg_lo, self.avg_hi = lo, hi
-        else:
-            self.avg_lo += self.c * (lo - self.avg_lo)
-            self.avg_hi += self.c * (hi - self.avg_hi)
+        self.batch_lo, self.batch_hi = min(self.batch_lo, float(np.min(x))), max(self.batch_hi, float(np.max(x)))
+        self.pending += 1
+        if self.pending == self.BATCH:
+            self.batches, self.avg_lo, self.avg_hi = self._moved()
+            self.pending = 0
+            self.batch_lo, self.batch_hi = np.inf, -np.inf
+
+    def _moved(self) -> tuple[int, float, float]:
+        """(batches, lo, hi) once the batch being filled is taken in."""
+        batches = self.batches + 1
+        weight = max(self.c, 1.0 / batches)
+        return batches, self.avg_lo + weight * (self.batch_lo - self.avg_lo), self.avg_hi + weight * (self.batch_hi - self.avg_hi)
+
+    def observe_batch(self, xs: np.ndarray, pass_index: int = 0) -> None:
+        for x in xs:
+            self.observe(x, pass_index)
 
     def range(self) -> tuple[float, float]:
         super().range()
-        return self.avg_lo, self.avg_hi
+        _, lo, hi = self._moved() if self.pending else (self.batches, self.avg_lo, self.avg_hi)
+        return lo, hi
 
 
 class HistogramObserver(Observer):

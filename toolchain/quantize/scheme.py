@@ -18,20 +18,25 @@ from toolchain.numerics.fixedpoint import INT8_MAX, INT8_MIN, INT32_MAX, INT32_M
 
 WEIGHT_MAX = 127  # symmetric weights use [-127, 127]
 
-# Outputs take the (first) input's parameters: data movement and average pooling.
-SHARES_INPUT = frozenset({"max_pool2d", "reshape", "transpose", "slice", "split", "pad", "resize_nearest", "avg_pool2d", "global_avg_pool"})
+# Outputs take the (first) input's parameters: data movement and windowed average pooling (TFLite's
+# AVERAGE_POOL_2D). A global average pool requantizes (TFLite's MEAN): its output, far narrower than its
+# input, gets its own parameters.
+SHARES_INPUT = frozenset({"max_pool2d", "reshape", "transpose", "slice", "split", "pad", "resize_nearest", "avg_pool2d"})
 # Ops that only move values: in a QDQ source their outputs stay on the input's int8 grid.
-DATA_MOVEMENT = (SHARES_INPUT - {"avg_pool2d", "global_avg_pool"}) | {"concat"}
+DATA_MOVEMENT = (SHARES_INPUT - {"avg_pool2d"}) | {"concat"}
 # Every input and the output share one scale and zero point.
 UNIFIED = frozenset({"concat", "maximum", "minimum"})
-# Outputs with parameters fixed by the kernel.
+# Outputs with parameters fixed by the kernel: arm_softmax_s8 writes 1/256 steps from -128. (TFLite also
+# fixes LOGISTIC's and TANH's; Kiln runs them, like every int8 elementwise function, through a table that
+# maps to any output parameters, so their outputs are calibrated: a tanh of small values keeps its
+# precision instead of a 1/128 grid.)
 FIXED_OUTPUT = {
     "softmax": QuantParams((1.0 / 256.0,), (-128,)),
-    "sigmoid": QuantParams((1.0 / 256.0,), (-128,)),
-    "tanh": QuantParams((1.0 / 128.0,), (0,)),
 }
 # Ops whose input 1 is a weight tensor and input 2 an optional bias; value: the weights' output-channel axis.
 WEIGHTED = {"conv2d": 0, "depthwise_conv2d": 3, "fully_connected": 0}
+# Ops whose inputs after the first are float parameters the lower stage folds into integers (never int8 tensors).
+PARAMETERS = frozenset({"layer_norm"})
 # Ops without an int8 kernel.
 FLOAT_ONLY = frozenset({"div", "quantize", "dequantize"})
 

@@ -54,6 +54,16 @@ def _fully_connected(node, ins):
     return [_act(node, y if b is None else y + _f64(b))]
 
 
+@impl("layer_norm")
+def _layer_norm(node, ins):
+    return [nn.layer_norm(ins[0], ins[1], ins[2], 1, node.attrs.get("epsilon", 1e-5))]
+
+
+@impl("batch_matmul")
+def _batch_matmul(node, ins):
+    return [_act(node, np.matmul(_f64(ins[0]), _f64(ins[1])))]
+
+
 @impl("add")
 def _add(node, ins):
     return [_act(node, _f64(ins[0]) + _f64(ins[1]))]

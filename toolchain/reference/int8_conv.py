@@ -1,4 +1,4 @@
-"""int8 conv2d, depthwise_conv2d, fully_connected and pooling, as TFLite's reference_integer_ops.
+"""int8 conv2d, depthwise_conv2d, fully_connected and pooling, as TFLite's reference kernels.
 
 Accumulators are computed as sum(w * (x - input_zp)) over in-image taps plus
 the bias, exactly, then wrapped to int32. The products are summed in float64:
@@ -11,7 +11,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from toolchain.ir.graph import Graph, Node
 from toolchain.numerics.fixedpoint import clamp, trunc_div, wrap_int32
-from toolchain.numerics.params import channel_multipliers
+from toolchain.numerics.params import channel_multipliers, mean_multiplier
 from toolchain.reference.int8_common import act_bounds, int8_impl, io_params, require_same_params, to_output
 
 
@@ -110,7 +110,8 @@ def _avg_pool(graph: Graph, node: Node, ins):
 
 @int8_impl("global_avg_pool")
 def _global_avg_pool(graph: Graph, node: Node, ins):
-    require_same_params(graph, node)
+    """TFLite's int8 MEAN over H and W: the sum of (x - input_zp) requantized by in_scale/out_scale/count."""
+    (in_scale, in_zp), (out_scale, out_zp) = io_params(graph, node)
     x = ins[0].astype(np.int64)
-    total = x.sum(axis=(1, 2), keepdims=True)
-    return [clamp(_rounded_mean(total, x.shape[1] * x.shape[2]), -128, 127).astype(np.int8)]
+    mult, shift = mean_multiplier(in_scale, out_scale, x.shape[1] * x.shape[2])
+    return [to_output((x - in_zp).sum(axis=(1, 2), keepdims=True), mult, shift, out_zp)]

@@ -7,10 +7,10 @@ from toolchain.ir.graph import Graph, Node
 from toolchain.ir.ops import mean_split
 from toolchain.numerics.fixedpoint import INT8_MAX, INT8_MIN, clamp, quantize_value, requantize, round_half_away, wrap_int32
 from toolchain.numerics.functions import ELEMENTWISE_OPS
+from toolchain.numerics.layernorm import layer_norm_params, layer_norm_s8
 from toolchain.numerics.lut import apply_lut, op_table
-from toolchain.numerics.params import add_params, mul_multiplier, requant_multiplier
+from toolchain.numerics.params import add_params, mean_multiplier, mul_multiplier, requant_multiplier
 from toolchain.numerics.softmax import OUTPUT_SCALE, OUTPUT_ZERO_POINT, softmax_params, softmax_s8
-from toolchain.numerics.tflm import mean_multiplier
 from toolchain.reference.executor import FLOAT_IMPLS
 from toolchain.reference.int8_common import act_bounds, int8_impl, io_params, qparams, require_same_params, to_output
 
@@ -44,6 +44,23 @@ def _max_min(graph: Graph, node: Node, ins):
     if len(set(params)) != 1:
         raise ValueError(f"inputs and output need one scale and zero point, got {params}")
     return [(np.maximum if node.op == "maximum" else np.minimum)(ins[0], ins[1])]
+
+
+@int8_impl("layer_norm")
+def _layer_norm(graph: Graph, node: Node, ins):
+    """Integer layer norm over the last axis (toolchain.numerics.layernorm)."""
+    gamma, beta = (graph.tensors[n].data for n in node.inputs[1:3])
+    params = layer_norm_params(gamma, beta, float(node.attrs.get("epsilon", 1e-5)), *io_params(graph, node))
+    return [layer_norm_s8(ins[0], params, *act_bounds(graph, node))]
+
+
+@int8_impl("batch_matmul")
+def _batch_matmul(graph: Graph, node: Node, ins):
+    """TFLite's int8 BATCH_MATMUL: sum over k of (a - a_zp)(b - b_zp), exact, wrapped to int32, requantized."""
+    qa, qb, qy = _params(graph, node.inputs + node.outputs)
+    mult, shift = mul_multiplier(qa[0], qb[0], qy[0])
+    acc = np.matmul(ins[0].astype(np.int64) - qa[1], ins[1].astype(np.int64) - qb[1])
+    return [to_output(wrap_int32(acc), mult, shift, qy[1], *act_bounds(graph, node))]
 
 
 @int8_impl("softmax")

@@ -39,6 +39,25 @@ def conv2d_nchw(x, w, b, strides, pads, dilations, group) -> np.ndarray:
     return out
 
 
+def conv_transpose2d(x, w, b, strides, pads, dilations, output_padding, group) -> np.ndarray:
+    """Each input pixel scatters its weights (in, out/group, kh, kw) into the output (output_padding more zero rows and
+    columns at the end), which the pads then crop."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    n, cin, h, wd = x.shape
+    _, per, kh, kw = w.shape
+    (sh, sw), (dh, dw) = strides, dilations
+    full = np.zeros((n, per * group, (h - 1) * sh + dh * (kh - 1) + 1 + output_padding[0], (wd - 1) * sw + dw * (kw - 1) + 1 + output_padding[1]))
+    cg = cin // group
+    for g in range(group):
+        xs, ws = x[:, g * cg:(g + 1) * cg], w[g * cg:(g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                full[:, g * per:(g + 1) * per, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (wd - 1) * sw + 1:sw] += \
+                    np.einsum("nchw,co->nohw", xs, ws[:, :, i, j])
+    out = full[:, :, pads[0]:full.shape[2] - pads[2], pads[1]:full.shape[3] - pads[3]]
+    return out if b is None else out + np.asarray(b, np.float64).reshape(1, -1, 1, 1)
+
+
 def conv_nd(x, w, b, strides, pads, dilations, group) -> np.ndarray:
     """Conv for 1-D or 2-D spatial inputs (1-D as 2-D with height 1)."""
     if x.ndim == 3:
@@ -48,9 +67,17 @@ def conv_nd(x, w, b, strides, pads, dilations, group) -> np.ndarray:
 
 
 def max_pool_nchw(x, kernel, strides, pads, dilations=(1, 1), ceil_extra=(0, 0)) -> np.ndarray:
+    """The maximum over each window, taken tap by tap (one strided slice per kernel position: no window copies)."""
     x = np.asarray(x, np.float64)
     padded = pad_spatial(x, [pads[0], pads[1], pads[2] + ceil_extra[0], pads[3] + ceil_extra[1]], -np.inf)
-    return windows(padded, kernel, strides, list(dilations)).max(axis=(-2, -1))
+    oh, ow = windows(padded, kernel, strides, list(dilations)).shape[2:4]
+    out = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            r, c = i * dilations[0], j * dilations[1]
+            tap = padded[:, :, r:r + (oh - 1) * strides[0] + 1:strides[0], c:c + (ow - 1) * strides[1] + 1:strides[1]]
+            out = tap.copy() if out is None else np.maximum(out, tap, out=out)
+    return out
 
 
 def avg_pool_nchw(x, kernel, strides, pads, count_include_pad: bool, ceil_extra=(0, 0)) -> np.ndarray:
@@ -74,6 +101,17 @@ def gelu(x: np.ndarray, approximate: str) -> np.ndarray:
     from math import erf, sqrt
 
     return 0.5 * x * (1.0 + np.vectorize(erf, otypes=[np.float64])(x / sqrt(2.0)))
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, axes: int, epsilon: float) -> np.ndarray:
+    """Normalize over the last `axes` axes (population variance), then scale and shift (a constant row with
+    epsilon 0 is 0/0: NaN, as ONNX computes it)."""
+    x = np.asarray(x, np.float64)
+    over = tuple(range(x.ndim - axes, x.ndim))
+    centered = x - x.mean(axis=over, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = centered / np.sqrt((centered * centered).mean(axis=over, keepdims=True) + epsilon) * np.asarray(gamma, np.float64)
+    return y if beta is None else y + np.asarray(beta, np.float64)
 
 
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:

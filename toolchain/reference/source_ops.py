@@ -23,6 +23,14 @@ def _conv(node, ins):
     return [nn.conv_nd(x, w, b, a.get("strides", [1] * spatial), a.get("pads", [0] * 2 * spatial), a.get("dilations", [1] * spatial), a.get("group", 1))]
 
 
+@impl("ConvTranspose")
+def _conv_transpose(node, ins):
+    x, w, b = (ins + [None])[:3]
+    a = node.attrs
+    return [nn.conv_transpose2d(x, w, b, a.get("strides", [1, 1]), a.get("pads", [0, 0, 0, 0]), a.get("dilations", [1, 1]),
+                                a.get("output_padding", [0, 0]), a.get("group", 1))]
+
+
 @impl("Gemm")
 def _gemm(node, ins):
     a, b, c = (ins + [None])[:3]
@@ -92,6 +100,18 @@ def _hardswish(node, ins):
 @impl("Gelu")
 def _gelu(node, ins):
     return [nn.gelu(ins[0], node.attrs.get("approximate", "none"))]
+
+
+@impl("LayerNormalization")
+def _layer_norm(node, ins):
+    x = _f64(ins[0])
+    axis = int(node.attrs.get("axis", -1)) % x.ndim
+    beta = ins[2] if len(ins) > 2 else None
+    eps = node.attrs.get("epsilon", 1e-5)
+    over = tuple(range(axis, x.ndim))
+    mean = x.mean(axis=over, keepdims=True)
+    inv_std = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=over, keepdims=True) + eps)
+    return [nn.layer_norm(x, ins[1], beta, x.ndim - axis, eps), mean, inv_std][:len(node.outputs)]
 
 
 @impl("Softmax")

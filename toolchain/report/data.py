@@ -19,8 +19,8 @@ from pathlib import Path
 from toolchain.errors import KilnError
 from toolchain.ir import load
 from toolchain.ir.graph import Graph
+from toolchain.quantize.kept import load_samples, report_inputs
 from toolchain.quantize.report import report
-from toolchain.quantize.samples import load_samples, report_inputs
 from toolchain.target.macs import node_macs
 from toolchain.target.size import size_report
 

@@ -70,6 +70,15 @@ _direct("HardSigmoid", alpha=0.2, beta=0.5)
 _direct("Gelu", approximate="none")
 _direct("Gemm", alpha=1.0, beta=1.0, transA=0, transB=0)
 _direct("BatchNormalization", epsilon=1e-5)
+
+
+@handles("LayerNormalization")
+def _layer_norm(cx: Converter, n: OnnxNode) -> None:
+    """The optional Mean and InvStdDev outputs are computed when listed (an absent one in between gets a
+    name); normalization lowers the node only when nothing reads them."""
+    attrs = {"axis": int(n.attrs.get("axis", -1)), "epsilon": float(np.float32(n.attrs.get("epsilon", 1e-5)))}
+    outputs = [o or cx.fresh(f"{n.name}/unused{i}") for i, o in enumerate(n.outputs)]
+    cx.emit("LayerNormalization", n.inputs, outputs, attrs, n.name)
 _direct("Flatten", axis=1)
 _direct("Gather", axis=0)
 _direct("Reshape", allowzero=0)
@@ -140,6 +149,22 @@ def _conv(cx: Converter, n: OnnxNode) -> None:
     attrs = _window_attrs(n, x.shape, list(n.attrs.get("kernel_shape", w.shape[2:])))
     attrs["group"] = n.attrs.get("group", 1)
     cx.emit("Conv", n.inputs, n.outputs, attrs, n.name)
+
+
+@check("ConvTranspose")
+def _conv_transpose_check(n: OnnxNode, opset: int) -> str | None:
+    if n.attrs.get("auto_pad", "NOTSET") != "NOTSET" or "output_shape" in n.attrs:
+        return "ConvTranspose with auto_pad or output_shape (give explicit pads)"
+    return None
+
+
+@handles("ConvTranspose")
+def _conv_transpose(cx: Converter, n: OnnxNode) -> None:
+    if len(cx.tensor(n.inputs[0]).shape) != 4:
+        raise Unsupported("only 2-D ConvTranspose is supported")
+    attrs = {k: list(n.attrs.get(k, d)) for k, d in (("strides", [1, 1]), ("pads", [0, 0, 0, 0]), ("dilations", [1, 1]),
+                                                      ("output_padding", [0, 0]))}
+    cx.emit("ConvTranspose", n.inputs, n.outputs, {**attrs, "group": int(n.attrs.get("group", 1))}, n.name)
 
 
 @handles("MaxPool", "AveragePool")

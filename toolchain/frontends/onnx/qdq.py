@@ -40,7 +40,8 @@ def _params(cx: Converter, n: OnnxNode, rank: int, dtype: np.dtype) -> tuple[np.
     """Scale (float32), zero point (in the quantized dtype) and axis of a Q or DQ node.
 
     One scale, whatever its shape, is per tensor (axis None): some tools write
-    per-tensor parameters as shape [1].
+    per-tensor parameters as shape [1] (onnxruntime even a [1] scale with a
+    scalar zero point).
     """
     scale = cx.value(n.inputs[1])
     zp_name = n.inputs[2] if len(n.inputs) > 2 else ""
@@ -51,7 +52,7 @@ def _params(cx: Converter, n: OnnxNode, rank: int, dtype: np.dtype) -> tuple[np.
         raise Unsupported(f"scale of dtype {scale.dtype} (Kiln supports float32 scales)")
     if zp.dtype not in _RANGES or (zp.dtype == np.int32 and n.op_type == "QuantizeLinear"):
         raise Unsupported(f"quantization to {zp.dtype} (Kiln supports int8 and uint8, and int32 constants)")
-    if scale.ndim > 1 or scale.shape != zp.shape:
+    if scale.ndim > 1 or (scale.shape != zp.shape and not scale.size == zp.size == 1):
         raise Unsupported(f"scale shape {scale.shape} and zero point shape {zp.shape} are neither per tensor nor per axis")
     axis = n.attrs.get("axis", 1) % max(rank, 1) if scale.size > 1 else None
     return scale.reshape(-1) if axis is not None else scale.reshape(()), zp.reshape(-1) if axis is not None else zp.reshape(()), axis

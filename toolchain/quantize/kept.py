@@ -1,5 +1,7 @@
 """The calibration samples a build keeps for its reports: `samples.npz`, written beside `quantized.kir`.
 
+(How users hand calibration data over, in every form, is `toolchain/samples.py`.)
+
 The quantize stage keeps the first `KEPT` of the samples it calibrated with
 (float32, in the normalized graph's input layout) and a line saying where
 they came from. `kiln report`, `kiln build-report` and `kiln check` read them
