@@ -206,7 +206,7 @@ def _batch_matmul(ex: _Exporter, node: Node) -> None:
     pre = ex.temp(out)
     ex.emit(Op.BATCH_MATMUL, inputs, [pre], "BatchMatMulOptions", adjX=False, adjY=False)
     q = ex.graph.tensors[out].quant
-    ex.clamp_to(pre, *model_activation_range(*bounds, q.scale[0], q.zero_point[0]), out)
+    ex.clamp_to(pre, *activation_range(*bounds, q.scale[0], q.zero_point[0]), out)
 
 
 def _binary(ex: _Exporter, node: Node) -> None:

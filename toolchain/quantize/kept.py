@@ -55,8 +55,9 @@ def pack(graph: Graph, calibration: dict[str, np.ndarray], config: dict[str, Any
     """`samples.npz`: the first KEPT samples that calibration used (`config`: the quant table), in its order."""
     arrays: dict[str, np.ndarray] = {_SOURCE: np.array(_source(config, calibration))}
     if calibration:
-        chosen = select(check_samples(graph, calibration), config["max_samples"], config["seed"])[:KEPT]
-        arrays |= {_INPUT + n: np.ascontiguousarray(calibration[n][chosen], np.float32) for n in graph.inputs}
+        count, shaped = check_samples(graph, calibration)
+        chosen = select(count, config["max_samples"], config["seed"])[:KEPT]
+        arrays |= {_INPUT + n: np.ascontiguousarray(shaped[n][chosen], np.float32) for n in graph.inputs}
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
