@@ -292,6 +292,19 @@ def _binary(cx: Converter, op: TflOperator) -> None:
     cx.emit(op, op.code.lower(), ins, [cx.name(op.outputs[0])], _activation(op))
 
 
+@handles("BATCH_MATMUL")
+def _batch_matmul(cx: Converter, op: TflOperator) -> None:
+    """Products of two tensors (attention): TFLM's BATCH_MATMUL, its fused activation none; operands not transposed."""
+    _expect(cx, op, 2)
+    _check_types(cx, op, op.inputs[:2] + op.outputs)
+    if op.options is not None and (op.options.adjX or op.options.adjY):
+        raise Unsupported("adj_x / adj_y (a transposed operand) is not supported")
+    a, b = (cx.info(i).shape for i in op.inputs[:2])
+    if len(a) != len(b) or a[:-2] != b[:-2]:
+        raise Unsupported(f"operands {list(a)} and {list(b)}: Kiln needs equal batch dimensions (no broadcasting)")
+    cx.emit(op, "batch_matmul", [cx.name(i) for i in op.inputs[:2]], [cx.name(op.outputs[0])], {})
+
+
 @handles("AVERAGE_POOL_2D", "MAX_POOL_2D")
 def _pool(cx: Converter, op: TflOperator) -> None:
     _expect(cx, op, 1)
