@@ -24,6 +24,13 @@
 #define KILN_ASM_BLOCK static __attribute__((noinline, unused)) void
 #endif
 
+/* A function kept out of line: its callers' loops keep their registers. */
+#if defined(__GNUC__)
+#define KILN_NOINLINE __attribute__((noinline))
+#else
+#define KILN_NOINLINE
+#endif
+
 /* The int8 output of a requantized value v: clamp to [lo - zp, hi - zp] (max
  * first, then min, as kiln_output_s8) then add zp, all in 32 bits. When the
  * bounds are the whole int8 range (`full`), SSAT does it in one instruction
@@ -371,6 +378,136 @@ static inline void kiln_mac_4ch_3x3(kiln_acc4_t *acc, const int8_t *x, int32_t d
         }
     }
 #endif
+}
+
+/* ---- int16 lanes and the fast requantization ------------------------------------------------
+ * A word holds two int16 lanes (low, high). The row kernels keep activations and weights widened in
+ * scratch memory in this form: a word of four int8 channels c0..c3 becomes the lanes (c0, c2) and
+ * (c1, c3) (SXTB16 without and with ROR #8), so one LDRD fetches four channels ready to multiply. */
+
+/* The int16 lanes (lo, hi) as one word. */
+static inline uint32_t kiln_pack16(int32_t lo, int32_t hi)
+{
+    return (uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16;
+}
+
+/* The even bytes of v (bytes 0 and 2) as int16 lanes: SXTB16. */
+static inline uint32_t kiln_lanes_even(uint32_t v)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)__sxtb16((int8x4_t)v);
+#else
+    return kiln_pack16((int8_t)(v & 0xFFu), (int8_t)(v >> 16 & 0xFFu));
+#endif
+}
+
+/* The odd bytes of v (bytes 1 and 3) as int16 lanes: SXTB16 with ROR #8. */
+static inline uint32_t kiln_lanes_odd(uint32_t v)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)kiln_sxtb16_odd(v);
+#else
+    return kiln_pack16((int8_t)(v >> 8 & 0xFFu), (int8_t)(v >> 24));
+#endif
+}
+
+static inline int32_t kiln_lane_lo(uint32_t v)
+{
+    return (int16_t)(uint16_t)(v & 0xFFFFu);
+}
+
+static inline int32_t kiln_lane_hi(uint32_t v)
+{
+    return (int16_t)(uint16_t)(v >> 16);
+}
+
+/* acc + lo(a) * lo(b) + hi(a) * hi(b), modulo 2^32: SMLAD. */
+static inline uint32_t kiln_smlad(uint32_t a, uint32_t b, uint32_t acc)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)__smlad((int16x2_t)a, (int16x2_t)b, (int32_t)acc);
+#else
+    return acc + (uint32_t)(kiln_lane_lo(a) * kiln_lane_lo(b)) + (uint32_t)(kiln_lane_hi(a) * kiln_lane_hi(b));
+#endif
+}
+
+/* acc + lo(a) * lo(b) (SMLABB) and acc + hi(a) * hi(b) (SMLATT), modulo 2^32. */
+static inline uint32_t kiln_smlabb(uint32_t a, uint32_t b, uint32_t acc)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)__smlabb((int32_t)a, (int32_t)b, (int32_t)acc);
+#else
+    return acc + (uint32_t)(kiln_lane_lo(a) * kiln_lane_lo(b));
+#endif
+}
+
+static inline uint32_t kiln_smlatt(uint32_t a, uint32_t b, uint32_t acc)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)__smlatt((int32_t)a, (int32_t)b, (int32_t)acc);
+#else
+    return acc + (uint32_t)(kiln_lane_hi(a) * kiln_lane_hi(b));
+#endif
+}
+
+/* The requantization of KILN_RQ_FAST layers (runtime/kiln_kernels.h): with e = -shift in [1, 23], a
+ * multiplier m > 0 and the accumulator doubled, t = 2 * acc (|acc| < 2^30),
+ *     out = floor((round + floor((t * m + 2^31) / 2^32) - [t < 0]) / 2^e),  round = 2^(e-1) + zp * 2^e,
+ * is arm_nn_requantize(acc, m, shift) + zp: SMMULR(2 * acc, m) is the doubling high multiply; the
+ * rounding divide adds 2^(e-1) less one for negative values (whose sign is the accumulator's whenever
+ * it is not zero, and a zero takes either); the zero point rides in the same sum. SMMLAR adds `round`,
+ * so the whole of it is SMMLAR, SUB, ASR; SSAT clamps to int8. No intermediate leaves int32. */
+typedef struct {
+    int32_t mult, round, shift; /* shift: the right shift e >= 1 */
+} kiln_rq2_t;
+
+static inline kiln_rq2_t kiln_rq2_channel(int32_t mult, int32_t shift, int32_t out_zp)
+{
+    kiln_rq2_t r;
+    r.mult = mult;
+    r.shift = -shift;
+    r.round = (int32_t)((uint32_t)1 << (-shift - 1)) + out_zp * (int32_t)((uint32_t)1 << -shift);
+    return r;
+}
+
+/* acc + floor((a * b + 2^31) / 2^32): SMMLAR (no overflow on the KILN_RQ_FAST domain). */
+static inline int32_t kiln_smmlar(int32_t a, int32_t b, int32_t acc)
+{
+#ifdef KILN_SIMD_DSP
+    int32_t r;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(acc));
+    return r;
+#else
+    return acc + (int32_t)kiln_floor_shr64((int64_t)a * b + ((int64_t)1 << 31), 32);
+#endif
+}
+
+/* The requantized value plus the zero point (before clamping) of a doubled accumulator t. */
+static inline int32_t kiln_rq2_apply(int32_t mult, int32_t round, int32_t shift, int32_t t)
+{
+    const int32_t u = kiln_smmlar(t, mult, round) - (int32_t)((uint32_t)t >> 31);
+#ifdef KILN_SIMD_DSP
+    return u >> shift; /* GCC shifts signed values arithmetically */
+#else
+    return kiln_asr32(u, shift);
+#endif
+}
+
+/* v clamped to the int8 range: SSAT. */
+static inline int32_t kiln_sat8(int32_t v)
+{
+#ifdef KILN_SIMD_DSP
+    return __ssat(v, 8);
+#else
+    return v < -128 ? -128 : v > 127 ? 127 : v;
+#endif
+}
+
+/* v clamped to [lo, hi] (max first, then min), lo and hi int8: the activation range. */
+static inline int8_t kiln_clamp8(int32_t v, int32_t lo, int32_t hi)
+{
+    v = v < lo ? lo : v;
+    return (int8_t)(v > hi ? hi : v);
 }
 
 #endif /* KILN_SIMD_H */

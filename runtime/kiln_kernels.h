@@ -24,7 +24,14 @@
  * - pooling windows never count padded positions;
  * - broadcasting binary ops see 4-D shapes [d0][d1][d2][d3]; `a_s*`/`b_s*`
  *   are element strides of each input per output dimension (0 broadcasts);
- * - dtype-agnostic data movement kernels take `elem_size` in bytes.
+ * - dtype-agnostic data movement kernels take `elem_size` in bytes;
+ * - the int8 conv, depthwise and fully-connected kernels get `requant`, the
+ *   KILN_RQ_* facts the lower stage proved about the layer (0 claims
+ *   nothing and is always correct);
+ * - a kernel declared with a trailing `void *scratch` gets `scratch_bytes`
+ *   bytes of the arena there, live during the call only (the plan stage
+ *   places them). Its fast path needs the amount stated with the kernel;
+ *   given less (0 included) it takes a path without scratch, same results.
  *
  * The portable implementations live in firmware_stubs/; a firmware may
  * supply optimized ones with identical results.
@@ -37,6 +44,13 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* KILN_RQ_FAST: every output channel's shift lies in [-23, -1] with a multiplier above 0, and every
+ * accumulator (the folded bias plus any partial sum of products, for any int8 input) lies in
+ * (-2^30, 2^30): requantization can run on the doubled accumulator in 32 bits (kiln_simd.h).
+ * KILN_RQ_FULL: act_min = -128 and act_max = 127, so saturating to int8 is the whole clamp. */
+#define KILN_RQ_FAST 1
+#define KILN_RQ_FULL 2
 
 /* ---- convolution and fully connected, int8 ------------------------------ */
 
@@ -56,14 +70,20 @@ typedef struct {
 void kiln_conv2d_1x1_s8(const kiln_conv2d_1x1_s8_params_t *p, const int8_t *x, const int8_t *w,
                         const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y);
 
-/* Depthwise convolution with channel multiplier ch_mult (out_c = in_c * ch_mult). */
+/* Depthwise convolution with channel multiplier ch_mult (out_c = in_c * ch_mult). Its fast path widens
+ * strips of padded input rows of four channels to int16 in scratch: a strip of R rows takes
+ *     4 * (2 * k_h * k_w + 24) + 3 + 8 * cols * R bytes,
+ * cols = (out_w - 1) * stride_w + (k_w - 1) * dil_w + 1 (the padded columns the windows reach); R is at
+ * least one window's (k_h - 1) * dil_h + 1 rows, and all (out_h - 1) * stride_h + (k_h - 1) * dil_h + 1
+ * padded rows are widened once each (a shorter strip widens the rows strips share again). */
 typedef struct {
     int32_t n, in_h, in_w, in_c, out_h, out_w, ch_mult;
     int32_t k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
-    int32_t input_zp, out_zp, act_min, act_max;
+    int32_t input_zp, out_zp, act_min, act_max, requant, scratch_bytes;
 } kiln_depthwise_conv2d_s8_params_t;
 void kiln_depthwise_conv2d_s8(const kiln_depthwise_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w,
-                              const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y);
+                              const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y,
+                              void *scratch);
 
 /* y[b][o] = requantize(bias[o] + sum_i x[b][i] * w[o][i]). */
 typedef struct {

@@ -141,9 +141,15 @@ class Buffer:
         assert np.array_equal(self.raw[-GUARD:], self.pattern[-GUARD:]), f"{what}: write after the buffer"
 
 
-def run_lowered(lib: ctypes.CDLL, graph: Graph, feeds: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
-    """Execute a lowered graph on the C kernels, as generated code would: one call per node."""
+def run_lowered(lib: ctypes.CDLL, graph: Graph, feeds: dict[str, np.ndarray], seed: int = 0,
+                scratch_used: list[bool] | None = None) -> dict[str, np.ndarray]:
+    """Execute a lowered graph on the C kernels, as generated code would: one call per node.
+
+    Kernels that take scratch get exactly the `scratch_bytes` the lower stage sized, with guard bytes
+    around it; `scratch_used` collects, per such call, whether the kernel wrote its scratch.
+    """
     rng = np.random.default_rng(seed)
+    scratch_used = [] if scratch_used is None else scratch_used
     values: dict[str, np.ndarray] = {k: t.data for k, t in graph.tensors.items() if t.is_constant}
     for name in graph.inputs:
         values[name] = np.ascontiguousarray(feeds[name], dtype=DTYPES[graph.tensors[name].dtype])
@@ -169,11 +175,18 @@ def run_lowered(lib: ctypes.CDLL, graph: Graph, feeds: dict[str, np.ndarray], se
                 buffers[name] = Buffer(t.shape, t.dtype, rng)
                 values[name] = buffers[name].array
             args.append(buffers[name].array.ctypes.data)
+        scratch = None
+        if spec.scratch:  # the bytes the lower stage sized, guarded, filled with noise as the arena would be
+            scratch = Buffer((int(node.attrs["scratch_bytes"]),), "uint8", rng)
+            args.append(scratch.array.ctypes.data if scratch.array.size else None)
         fn = getattr(lib, kernel)
         fn.argtypes = [ctypes.POINTER(params_struct(kernel))] + [ctypes.c_void_p] * len(args)
         fn.restype = None
         fn(ctypes.byref(params), *args)
         for name in node.outputs:
             buffers[name].check_guards(f"{node.name} ({kernel})")
+        if scratch is not None:
+            scratch.check_guards(f"{node.name} ({kernel}) scratch")
+            scratch_used.append(bool(scratch.array.size) and not np.array_equal(scratch.raw, scratch.pattern))
     return {name: np.array(values[name]) for name in graph.outputs}
 

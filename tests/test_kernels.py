@@ -469,7 +469,7 @@ def test_header_matches_lowering_abi():
         params = funcs[name]
         assert params[0] == f"const {k.params_type} *p", name
         pointers = [re.sub(r"\s*\w+$", "", p) for p in params[1:]]
-        want = [f"const {C_TYPES[t]} *" for t in k.inputs] + [f"{C_TYPES[t]} *" for t in k.outputs]
+        want = [f"const {C_TYPES[t]} *" for t in k.inputs] + [f"{C_TYPES[t]} *" for t in k.outputs] + ["void *"] * k.scratch
         assert pointers == want, name
 
 

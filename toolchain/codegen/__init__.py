@@ -6,7 +6,8 @@ in schedule order, with arena/caller pointers from the plan.
 
 Constants the plan marked `lz4_bytes` are emitted as LZ4 blocks and
 decompressed (`runtime/kiln_lz4.c`) into the node's `lz4_scratch` offsets
-just before the call; inputs and outputs the plan put in the arena are
+just before the call; a kernel that takes scratch gets the node's `scratch`
+offset as its last argument; inputs and outputs the plan put in the arena are
 copied in at the start of invoke and out at the end. Names from the model
 reach C only through `toolchain.codegen.names`.
 """
@@ -201,6 +202,9 @@ def _call(graph: Graph, index: int, node, const_names: dict[str, str]) -> Call:
         else:
             args.append(const_names[i])
     args += [_pointer(graph, o, const=False) for o in node.outputs]
+    if "scratch_bytes" in node.attrs:  # the kernel's scratch region, placed by the plan (-1: none)
+        offset = int(node.attrs["scratch"])
+        args.append(f"(void *)(arena + {offset})" if offset >= 0 else "NULL")
     out = graph.tensors[node.outputs[0]]
     return Call(
         index=index,

@@ -15,6 +15,7 @@ from toolchain.errors import KilnError, node_context
 from toolchain.ir.graph import Graph
 from toolchain.lower import activation, binary, conv, movement, norm, pool
 from toolchain.lower.common import Rule, Site
+from toolchain.lower.config import CONFIG
 from toolchain.numerics.functions import ELEMENTWISE_OPS
 
 PORTABLE: dict[str, Rule] = {
@@ -56,6 +57,7 @@ def lower(graph: Graph, config: dict) -> Graph:
     if rules is None:
         raise KilnError(f"graph {graph.name!r}: unknown kernels.profile {profile!r} (known: {', '.join(sorted(PROFILES))})")
     g = graph.copy()
+    limit = int(config.get("scratch_limit", CONFIG["scratch_limit"].default))
     lowered = []
     for index, node in enumerate(g.nodes):
         rule = rules.get(node.op)
@@ -63,7 +65,7 @@ def lower(graph: Graph, config: dict) -> Graph:
         if rule is None:
             raise KilnError(f"{where}: no kernel for this op in profile {profile!r}")
         try:
-            lowered.extend(rule(Site(g, node)))
+            lowered.extend(rule(Site(g, node, limit)))
         except ValueError as exc:
             raise KilnError(f"{where}: {exc}") from None
     g.nodes = lowered

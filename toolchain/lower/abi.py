@@ -2,7 +2,9 @@
 
 This mirrors `runtime/kiln_kernels.h` (tests check the two agree): the
 fields in declaration order, then the element type of every pointer argument
-(`any` for dtype-agnostic kernels), inputs before outputs.
+(`any` for dtype-agnostic kernels), inputs before outputs, and whether a
+trailing `void *scratch` follows (a region of the arena the plan stage places,
+`scratch_bytes` long).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ class Kernel:
     fields: tuple[str, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    scratch: bool = False
 
     @property
     def params_type(self) -> str:
@@ -35,12 +38,14 @@ _PAD = _f("in_d0 in_d1 in_d2 in_d3 pre0 pre1 pre2 pre3 out_d0 out_d1 out_d2 out_
 _COPY = _f("outer inner in_stride in_offset out_stride out_offset")
 _S8, _U8, _S32, _F32, _ANY = "int8", "uint8", "int32", "float32", "any"
 _CONV_S8_IO = ((_S8, _S8, _S32, _S32, _S32), (_S8,))
+_RQ = _f("requant scratch_bytes")  # the KILN_RQ_* facts and the scratch the kernel is given
+_SCRATCH = frozenset({"kiln_depthwise_conv2d_s8"})
 _CONV_F32_IO = ((_F32, _F32, _F32), (_F32,))
 
 _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]]] = [
     ("kiln_conv2d_s8", _f("n in_h in_w in_c out_h out_w out_c") + _WINDOW + _f("input_zp out_zp act_min act_max"), _CONV_S8_IO),
     ("kiln_conv2d_1x1_s8", _f("pixels in_c out_c out_zp act_min act_max"), _CONV_S8_IO),
-    ("kiln_depthwise_conv2d_s8", _f("n in_h in_w in_c out_h out_w ch_mult") + _WINDOW + _f("input_zp out_zp act_min act_max"), _CONV_S8_IO),
+    ("kiln_depthwise_conv2d_s8", _f("n in_h in_w in_c out_h out_w ch_mult") + _WINDOW + _f("input_zp out_zp act_min act_max") + _RQ, _CONV_S8_IO),
     ("kiln_fully_connected_s8", _f("batches in_features out_features out_zp act_min act_max"), _CONV_S8_IO),
     ("kiln_batch_matmul_s8", _f("batches m k n a_offset b_offset out_mult out_shift out_zp act_min act_max"), ((_S8, _S8), (_S8,))),
     ("kiln_conv2d_f32", _f("n in_h in_w in_c out_h out_w out_c") + _WINDOW + _f("act_min_bits act_max_bits"), _CONV_F32_IO),
@@ -79,7 +84,7 @@ _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]
     ("kiln_resize_nearest", _f("elem_size n in_h in_w c out_h out_w"), ((_ANY, _S32, _S32), (_ANY,))),
 ]
 
-KERNELS: dict[str, Kernel] = {name: Kernel(name, fields, io[0], io[1]) for name, fields, io in _TABLE}
+KERNELS: dict[str, Kernel] = {name: Kernel(name, fields, io[0], io[1], name in _SCRATCH) for name, fields, io in _TABLE}
 
 
 def bind(kernel: str, **params: int) -> dict[str, AttrValue]:

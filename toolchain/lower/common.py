@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
-from toolchain.lower.abi import bind
+from toolchain.lower.abi import KERNELS, bind
 from toolchain.numerics.fixedpoint import activation_range, float_bits
 
 
@@ -22,6 +22,7 @@ class Site:
 
     graph: Graph
     node: Node
+    scratch_limit: int = 0  # kernels.scratch_limit: most scratch bytes a kernel call may get
 
     def input(self, index: int) -> Tensor | None:
         name = self.node.inputs[index] if index < len(self.node.inputs) else ""
@@ -42,6 +43,8 @@ class Site:
         """The node as a call of `kernel` (a numbered part when one node becomes several calls)."""
         name = self.node.name if part is None else f"{self.node.name}/part{part}"
         attrs = {**self.node.attrs, **bind(kernel, **params), **({} if part is None else {"part": part})}
+        if KERNELS[kernel].scratch:  # the plan stage places it; codegen passes it as the last argument
+            attrs["scratch_bytes"] = int(params["scratch_bytes"])
         return self.node.copy(name=name, inputs=list(inputs), outputs=list(outputs or self.node.outputs), attrs=attrs)
 
     def alias(self) -> Node:

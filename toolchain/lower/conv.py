@@ -5,6 +5,7 @@ import numpy as np
 
 from toolchain.ir.graph import Node, Tensor
 from toolchain.lower.common import Site, Unsupported, constant_data, four_d, qparams
+from toolchain.lower.specialize import depthwise_scratch, requant_facts
 from toolchain.numerics.fixedpoint import wrap_int32
 from toolchain.numerics.params import channel_multipliers, mul_multiplier
 
@@ -31,8 +32,8 @@ def _weights(site: Site, channel_axis: int) -> tuple[Tensor, np.ndarray]:
     return w, data
 
 
-def _int8_constants(site: Site, channel_axis: int, sum_axes: tuple[int, ...]) -> tuple[list[str], dict[str, int]]:
-    """Folded bias, multipliers and shifts; returns the call inputs and the shared quant params."""
+def _int8_constants(site: Site, channel_axis: int, sum_axes: tuple[int, ...]) -> tuple[list[str], dict[str, int], int]:
+    """Folded bias, multipliers and shifts; returns the call inputs, the shared quant params and the KILN_RQ_* facts."""
     x, y = site.input(0), site.output()
     in_scale, in_zp = qparams(x, "input")
     out_scale, out_zp = qparams(y, "output")
@@ -46,7 +47,9 @@ def _int8_constants(site: Site, channel_axis: int, sum_axes: tuple[int, ...]) ->
     mult, shift = channel_multipliers(in_scale, w.quant.scale, out_scale, channels)
     inputs = [x.name, w.name, site.constant("bias", folded.astype(np.int32), "int32"),
               site.constant("mult", mult, "int32"), site.constant("shift", shift, "int32")]
-    return inputs, {"out_zp": out_zp, **site.act_range()}
+    act = site.act_range()
+    facts = requant_facts(folded, w_data, channel_axis, mult, shift, act["act_min"], act["act_max"])
+    return inputs, {"out_zp": out_zp, **act}, facts
 
 
 def _float_inputs(site: Site, channels: int) -> list[str]:
@@ -65,7 +68,7 @@ def lower_conv2d(site: Site) -> list[Node]:
     geo["out_c"] = w_shape[0]
     if not site.int8:
         return [site.call("kiln_conv2d_f32", _float_inputs(site, w_shape[0]), **geo, **site.act_bits())]
-    inputs, quant = _int8_constants(site, 0, (1, 2, 3))
+    inputs, quant, _ = _int8_constants(site, 0, (1, 2, 3))
     pointwise = geo["k_h"] == geo["k_w"] == 1 and geo["stride_h"] == geo["stride_w"] == 1 and not any(site.attr("pads", [0] * 4))
     if pointwise:
         pixels = geo["n"] * geo["in_h"] * geo["in_w"]
@@ -79,8 +82,9 @@ def lower_depthwise(site: Site) -> list[Node]:
     geo["ch_mult"] = int(site.attr("depth_multiplier", 1))
     if not site.int8:
         return [site.call("kiln_depthwise_conv2d_f32", _float_inputs(site, w_shape[3]), **geo, **site.act_bits())]
-    inputs, quant = _int8_constants(site, 3, (0, 1, 2))
-    return [site.call("kiln_depthwise_conv2d_s8", inputs, **geo, input_zp=qparams(site.input(0), "input")[1], **quant)]
+    inputs, quant, facts = _int8_constants(site, 3, (0, 1, 2))
+    return [site.call("kiln_depthwise_conv2d_s8", inputs, **geo, input_zp=qparams(site.input(0), "input")[1], **quant,
+                      requant=facts, scratch_bytes=depthwise_scratch(geo, site.scratch_limit))]
 
 
 def lower_batch_matmul(site: Site) -> list[Node]:
@@ -100,5 +104,5 @@ def lower_fully_connected(site: Site) -> list[Node]:
     dims = dict(batches=batches, in_features=in_features, out_features=out_features)
     if not site.int8:
         return [site.call("kiln_fully_connected_f32", _float_inputs(site, out_features), **dims, **site.act_bits())]
-    inputs, quant = _int8_constants(site, 0, (1,))
+    inputs, quant, _ = _int8_constants(site, 0, (1,))
     return [site.call("kiln_fully_connected_s8", inputs, **dims, **quant)]

@@ -4,8 +4,8 @@ Reshape-like aliases (`kernel == ""`) share their input's storage, and
 element-wise kernels on the in-place allow-list write over an input that dies
 at them, so a chain of such tensors is one buffer. Graph inputs and outputs
 live in the caller's buffers unless `plan.io_in_arena` asks for them inside
-the arena. With `codegen.lz4`, each layer with compressed constants gets a
-scratch buffer live during that layer only.
+the arena. Each layer with compressed constants (`codegen.lz4`) or a kernel
+that takes scratch gets a scratch buffer live during that layer only.
 
 The stage tries several valid topological orders (`toolchain.plan.schedule`)
 and several placement heuristics (`toolchain.plan.offsets`) and keeps the
@@ -50,7 +50,7 @@ def plan(graph: Graph, config: dict, lz4: bool = False) -> Graph:
     align = int(config["alignment"])
     if alignment_problem(align):
         raise KilnError(f"graph {g.name!r}: plan.alignment: {alignment_problem(align)}")
-    scratch = plan_scratch(g, align) if lz4 else Scratch({}, {}, {})
+    scratch = plan_scratch(g, align, lz4)
     orders = candidate_orders(g) if config["reorder"] else [("given", list(range(len(g.nodes))))]
     found = [_evaluate(g, name, order, config, scratch) for name, order in orders]
     eligible = [k for k, c in enumerate(found) if c.bound <= found[0].bound]  # never a higher peak than given
@@ -106,6 +106,8 @@ def _annotate(g: Graph, best: _Candidate, scratch: Scratch) -> None:
         layout = scratch.layout.get(node.name)
         if layout:
             node.attrs["lz4_scratch"] = [regions[step] + layout[i] if i in layout else -1 for i in node.inputs]
+        if "scratch_bytes" in node.attrs:
+            node.attrs["scratch"] = regions[step] + scratch.kernel[node.name] if node.name in scratch.kernel else -1
     for name, size in scratch.compressed.items():
         g.tensors[name].attrs["lz4_bytes"] = size
 

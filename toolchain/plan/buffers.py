@@ -3,7 +3,8 @@
 Three things make tensors share one buffer: reshape-like aliases
 (`kernel == ""`), element-wise kernels that run in place when their input
 dies at them (`toolchain.plan.inplace`), and chains of both. A step's scratch
-region (decompressed weights) is a buffer live during that step only.
+region (decompressed weights, kernel scratch) is a buffer live during that
+step only.
 """
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def buffers(g: Graph, io_in_arena: bool, align: int, in_place: bool = True,
         out.append(Buffer(names, size, span[root][0], max(span[root]), _memory(g, names, io_in_arena)))
     for step, size in sorted((scratch or {}).items()):
         node = g.nodes[step]
-        out.append(Buffer([f"{node.name} (weights scratch)"], round_up(size, align), step, step, scratch=True))
+        out.append(Buffer([f"{node.name}#scratch"], round_up(size, align), step, step, scratch=True))
     return out
 
 
