@@ -1,6 +1,11 @@
 /* int8 2-D convolution, NHWC input, OHWI weights, input zero point folded into
- * the bias (a padded position contributes input_zp * w). Three paths, by the
- * size of the window (k_h x k_w x in_c values):
+ * the bias (a padded position contributes input_zp * w).
+ *
+ * With scratch (the fast path), four output pixels at a time have their
+ * windows widened to int16 into scratch (kiln_gemm.h), the zero point at
+ * padded taps, and every output channel is one pass of the 4-pixel product
+ * over them. Without scratch, three paths by the size of the window
+ * (k_h x k_w x in_c values):
  * - at most KILN_COL_MAX values (first layers, few input channels): each pair
  *   of pixels is gathered once into two small stack columns, the zero point at
  *   padded taps, then every pair of output channels is one contiguous 2x2 dot;
@@ -9,6 +14,7 @@
  *   place (2 pixels x 2 channels per dot); padded taps add input_zp * sum(w)
  *   from per-tap sums computed once per channel pair;
  * - larger windows still: one output at a time. */
+#include "kiln_gemm.h"
 #include "kiln_kernels.h"
 #include "kiln_simd.h"
 #include "kiln_stub_math.h"
@@ -224,12 +230,134 @@ static void kiln_conv_large(const kiln_conv2d_s8_params_t *p, const int8_t *x, c
     }
 }
 
+/* Pixel (b, oy, ox)'s window, k_h x k_w x in_c values in OHWI order, as its lanes in a block from `at`
+ * (the block's first group at the pixel's lanes). With dilation 1 a kernel row's in-image taps are one
+ * run of input bytes. Channel counts that are a multiple of 4 widen straight from the input; others
+ * gather the window into the int8 row first (groups of 4 then straddle taps). */
+static void kiln_conv_lanes(const kiln_conv2d_s8_params_t *p, const int8_t *x, int32_t b, int32_t oy, int32_t ox,
+                            int32_t twice, uint32_t *at, int8_t *row)
+{
+    /* locals: an int8 store may alias *p */
+    const int32_t c_n = p->in_c, in_h = p->in_h, in_w = p->in_w, k_h = p->k_h, k_w = p->k_w;
+    const int32_t dil_h = p->dil_h, dil_w = p->dil_w, iy0 = oy * p->stride_h - p->pad_top;
+    const int32_t ix0 = ox * p->stride_w - p->pad_left, k = k_h * k_w * c_n, aligned = c_n % 4 == 0;
+    const int8_t zp = (int8_t)p->input_zp;
+    const uint32_t zp2 = kiln_pack16(zp * (twice ? 2 : 1), zp * (twice ? 2 : 1));
+    const int8_t *image = x + b * in_h * in_w * c_n;
+    int32_t ky, kx, lo, hi, c;
+    int8_t *r = row;
+    kiln_tap_range(ix0, dil_w, k_w, in_w, &lo, &hi);
+    for (ky = 0; ky < k_h; ky++) {
+        const int32_t iy = iy0 + ky * dil_h;
+        const int8_t *line;
+        if (iy < 0 || iy >= in_h || hi <= lo) {
+            if (aligned) {
+                kiln_gemm_fill(at, zp2, k_w * c_n / 4);
+                at += 2 * k_w * c_n;
+            } else {
+                kiln_fill_s8(r, k_w * c_n, zp);
+                r += k_w * c_n;
+            }
+            continue;
+        }
+        line = image + (iy * in_w + ix0 + lo * dil_w) * c_n;
+        if (aligned) {
+            kiln_gemm_fill(at, zp2, lo * c_n / 4);
+            at += 2 * lo * c_n;
+            if (dil_w == 1) {
+                kiln_gemm_widen(at, line, (hi - lo) * c_n / 4, twice);
+                at += 2 * (hi - lo) * c_n;
+            } else {
+                for (kx = lo; kx < hi; kx++, line += dil_w * c_n, at += 2 * c_n) {
+                    kiln_gemm_widen(at, line, c_n / 4, twice);
+                }
+            }
+            kiln_gemm_fill(at, zp2, (k_w - hi) * c_n / 4);
+            at += 2 * (k_w - hi) * c_n;
+        } else {
+            kiln_fill_s8(r, lo * c_n, zp);
+            r += lo * c_n;
+            if (dil_w == 1) { /* one run: words, then the last bytes */
+                const int8_t *end = line + (hi - lo) * c_n;
+                for (; line + 4 <= end; line += 4, r += 4) {
+                    const uint32_t v = kiln_load4(line);
+                    memcpy(r, &v, 4);
+                }
+                while (line < end) {
+                    *r++ = *line++;
+                }
+            }
+            for (kx = dil_w == 1 ? hi : lo; kx < hi; kx++, line += dil_w * c_n) {
+                for (c = 0; c < c_n; c++) {
+                    *r++ = line[c];
+                }
+            }
+            kiln_fill_s8(r, (k_w - hi) * c_n, zp);
+            r += (k_w - hi) * c_n;
+        }
+    }
+    if (!aligned) {
+        for (c = k; c % 4 != 0; c++) {
+            *r++ = 0;
+        }
+        kiln_gemm_widen(at, row, (k + 3) / 4, twice);
+    }
+}
+
+/* The whole layer through blocks of four output pixels in scratch s (kiln_gemm.h). */
+static void kiln_conv_gemm(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                           const int32_t *mult, const int32_t *shift, int8_t *y, uint32_t *s)
+{
+    const int32_t k = p->k_h * p->k_w * p->in_c, total = p->n * p->out_h * p->out_w, out_c = p->out_c;
+    const int32_t twice = (p->requant & KILN_RQ_FAST) != 0, words = KILN_GEMM_BLOCK_WORDS(k);
+    uint32_t *cols = s + KILN_GEMM_TABLE_WORDS(out_c);
+    int8_t *row = (int8_t *)(cols + words);
+    kiln_gemm_t g;
+    int32_t q, i, b = 0, oy = 0, ox = 0;
+    g.k = k;
+    g.out_c = out_c;
+    g.out_zp = p->out_zp;
+    g.act_min = p->act_min;
+    g.act_max = p->act_max;
+    g.requant = p->requant;
+    g.w = w;
+    g.bias = bias;
+    g.mult = mult;
+    g.shift = shift;
+    g.table = s;
+    if (twice) {
+        kiln_gemm_prepare(&g);
+    }
+    for (q = 0; q < total; q += 4) {
+        const int32_t pixels = total - q < 4 ? total - q : 4;
+        for (i = 0; i < 4; i++) {
+            if (i >= pixels) { /* a missing pixel: zero lanes, no output */
+                kiln_gemm_fill(cols + 2 * i, 0, words / 8);
+                continue;
+            }
+            kiln_conv_lanes(p, x, b, oy, ox, twice, cols + 2 * i, row);
+            if (++ox == p->out_w) {
+                ox = 0;
+                if (++oy == p->out_h) {
+                    oy = 0;
+                    b++;
+                }
+            }
+        }
+        kiln_gemm_block(&g, cols, y + q * out_c, pixels);
+    }
+}
+
 void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w, const int32_t *bias,
-                    const int32_t *mult, const int32_t *shift, int8_t *y)
+                    const int32_t *mult, const int32_t *shift, int8_t *y, void *scratch)
 {
     const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
     const int32_t k = p->k_h * p->k_w * p->in_c;
     int32_t o;
+    if (scratch != NULL && p->scratch_bytes >= 4 * KILN_GEMM_SCRATCH_WORDS(k, p->out_c) + 3) {
+        kiln_conv_gemm(p, x, w, bias, mult, shift, y, (uint32_t *)(((uintptr_t)scratch + 3u) & ~(uintptr_t)3u));
+        return;
+    }
     if (k <= KILN_COL_MAX) {
         kiln_conv_columns(p, x, w, bias, mult, shift, &out, y);
         return;

@@ -4,6 +4,7 @@
  * (kiln_simd.h); a single row (batch-1 fully connected) goes against 4 weight
  * rows at a time. A last odd channel pairs with itself, a last odd row takes
  * one row x 2 channels. */
+#include "kiln_gemm.h"
 #include "kiln_kernels.h"
 #include "kiln_simd.h"
 #include "kiln_stub_math.h"
@@ -53,10 +54,59 @@ static void kiln_matmul_s8(const int8_t *x, const int8_t *w, int32_t rows, int32
     }
 }
 
+/* With scratch, blocks of four pixels widened in scratch s (kiln_gemm.h). */
+static void kiln_matmul_gemm(const int8_t *x, int32_t rows, kiln_gemm_t *g, int8_t *y, uint32_t *s)
+{
+    const int32_t k = g->k, twice = (g->requant & KILN_RQ_FAST) != 0;
+    uint32_t *cols = s + KILN_GEMM_TABLE_WORDS(g->out_c);
+    int8_t *row = (int8_t *)(cols + KILN_GEMM_BLOCK_WORDS(k));
+    int32_t r, i, c;
+    g->table = s;
+    if (twice) {
+        kiln_gemm_prepare(g);
+    }
+    for (r = 0; r < rows; r += 4) {
+        const int32_t pixels = rows - r < 4 ? rows - r : 4;
+        for (i = 0; i < 4; i++) {
+            const int8_t *src = x + (r + i) * k;
+            if (i >= pixels) { /* a missing pixel: zero lanes, no output */
+                kiln_gemm_fill(cols + 2 * i, 0, (k + 3) / 4);
+                continue;
+            }
+            if (k % 4 != 0) {
+                for (c = 0; c < k; c++) {
+                    row[c] = src[c];
+                }
+                for (; c % 4 != 0; c++) {
+                    row[c] = 0;
+                }
+                src = row;
+            }
+            kiln_gemm_widen(cols + 2 * i, src, (k + 3) / 4, twice);
+        }
+        kiln_gemm_block(g, cols, y + r * g->out_c, pixels);
+    }
+}
+
 void kiln_conv2d_1x1_s8(const kiln_conv2d_1x1_s8_params_t *p, const int8_t *x, const int8_t *w,
-                        const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
+                        const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y, void *scratch)
 {
     const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
+    if (scratch != NULL && p->scratch_bytes >= 4 * KILN_GEMM_SCRATCH_WORDS(p->in_c, p->out_c) + 3) {
+        kiln_gemm_t g;
+        g.k = p->in_c;
+        g.out_c = p->out_c;
+        g.out_zp = p->out_zp;
+        g.act_min = p->act_min;
+        g.act_max = p->act_max;
+        g.requant = p->requant;
+        g.w = w;
+        g.bias = bias;
+        g.mult = mult;
+        g.shift = shift;
+        kiln_matmul_gemm(x, p->pixels, &g, y, (uint32_t *)(((uintptr_t)scratch + 3u) & ~(uintptr_t)3u));
+        return;
+    }
     kiln_matmul_s8(x, w, p->pixels, p->out_c, p->in_c, bias, mult, shift, &out, y);
 }
 

@@ -54,21 +54,25 @@ extern "C" {
 
 /* ---- convolution and fully connected, int8 ------------------------------ */
 
-/* General 2-D convolution. Pads bottom/right follow from out_h/out_w. */
+/* General 2-D convolution. Pads bottom/right follow from out_h/out_w. Its fast path widens the windows
+ * of four output pixels at a time to int16 in scratch (zero point at padded taps) and needs
+ *     16 * out_c + 9 * K4 + 3 bytes,  K4 = k_h * k_w * in_c rounded up to a multiple of 4. */
 typedef struct {
     int32_t n, in_h, in_w, in_c, out_h, out_w, out_c;
     int32_t k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
-    int32_t input_zp, out_zp, act_min, act_max;
+    int32_t input_zp, out_zp, act_min, act_max, requant, scratch_bytes;
 } kiln_conv2d_s8_params_t;
 void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w,
-                    const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y);
+                    const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y, void *scratch);
 
-/* 1x1 convolution, stride 1, no padding: a matrix product over pixels. */
+/* 1x1 convolution, stride 1, no padding: a matrix product over pixels. Its fast path widens four pixels
+ * at a time in scratch and needs 16 * out_c + 9 * K4 + 3 bytes, K4 = in_c rounded up to a multiple of 4. */
 typedef struct {
-    int32_t pixels, in_c, out_c, out_zp, act_min, act_max;
+    int32_t pixels, in_c, out_c, out_zp, act_min, act_max, requant, scratch_bytes;
 } kiln_conv2d_1x1_s8_params_t;
 void kiln_conv2d_1x1_s8(const kiln_conv2d_1x1_s8_params_t *p, const int8_t *x, const int8_t *w,
-                        const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y);
+                        const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y,
+                        void *scratch);
 
 /* Depthwise convolution with channel multiplier ch_mult (out_c = in_c * ch_mult). Its fast path widens
  * strips of padded input rows of four channels to int16 in scratch: a strip of R rows takes

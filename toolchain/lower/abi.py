@@ -39,12 +39,12 @@ _COPY = _f("outer inner in_stride in_offset out_stride out_offset")
 _S8, _U8, _S32, _F32, _ANY = "int8", "uint8", "int32", "float32", "any"
 _CONV_S8_IO = ((_S8, _S8, _S32, _S32, _S32), (_S8,))
 _RQ = _f("requant scratch_bytes")  # the KILN_RQ_* facts and the scratch the kernel is given
-_SCRATCH = frozenset({"kiln_depthwise_conv2d_s8"})
+_SCRATCH = frozenset({"kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8"})
 _CONV_F32_IO = ((_F32, _F32, _F32), (_F32,))
 
 _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]]] = [
-    ("kiln_conv2d_s8", _f("n in_h in_w in_c out_h out_w out_c") + _WINDOW + _f("input_zp out_zp act_min act_max"), _CONV_S8_IO),
-    ("kiln_conv2d_1x1_s8", _f("pixels in_c out_c out_zp act_min act_max"), _CONV_S8_IO),
+    ("kiln_conv2d_s8", _f("n in_h in_w in_c out_h out_w out_c") + _WINDOW + _f("input_zp out_zp act_min act_max") + _RQ, _CONV_S8_IO),
+    ("kiln_conv2d_1x1_s8", _f("pixels in_c out_c out_zp act_min act_max") + _RQ, _CONV_S8_IO),
     ("kiln_depthwise_conv2d_s8", _f("n in_h in_w in_c out_h out_w ch_mult") + _WINDOW + _f("input_zp out_zp act_min act_max") + _RQ, _CONV_S8_IO),
     ("kiln_fully_connected_s8", _f("batches in_features out_features out_zp act_min act_max"), _CONV_S8_IO),
     ("kiln_batch_matmul_s8", _f("batches m k n a_offset b_offset out_mult out_shift out_zp act_min act_max"), ((_S8, _S8), (_S8,))),

@@ -5,7 +5,7 @@ import numpy as np
 
 from toolchain.ir.graph import Node, Tensor
 from toolchain.lower.common import Site, Unsupported, constant_data, four_d, qparams
-from toolchain.lower.specialize import depthwise_scratch, requant_facts
+from toolchain.lower.specialize import depthwise_scratch, gemm_scratch, requant_facts
 from toolchain.numerics.fixedpoint import wrap_int32
 from toolchain.numerics.params import channel_multipliers, mul_multiplier
 
@@ -68,12 +68,15 @@ def lower_conv2d(site: Site) -> list[Node]:
     geo["out_c"] = w_shape[0]
     if not site.int8:
         return [site.call("kiln_conv2d_f32", _float_inputs(site, w_shape[0]), **geo, **site.act_bits())]
-    inputs, quant, _ = _int8_constants(site, 0, (1, 2, 3))
+    inputs, quant, facts = _int8_constants(site, 0, (1, 2, 3))
     pointwise = geo["k_h"] == geo["k_w"] == 1 and geo["stride_h"] == geo["stride_w"] == 1 and not any(site.attr("pads", [0] * 4))
+    scratch = gemm_scratch(geo["k_h"] * geo["k_w"] * geo["in_c"], geo["out_c"], site.scratch_limit)
     if pointwise:
         pixels = geo["n"] * geo["in_h"] * geo["in_w"]
-        return [site.call("kiln_conv2d_1x1_s8", inputs, pixels=pixels, in_c=geo["in_c"], out_c=geo["out_c"], **quant)]
-    return [site.call("kiln_conv2d_s8", inputs, **geo, input_zp=qparams(site.input(0), "input")[1], **quant)]
+        return [site.call("kiln_conv2d_1x1_s8", inputs, pixels=pixels, in_c=geo["in_c"], out_c=geo["out_c"], **quant,
+                          requant=facts, scratch_bytes=scratch)]
+    return [site.call("kiln_conv2d_s8", inputs, **geo, input_zp=qparams(site.input(0), "input")[1], **quant, requant=facts,
+                      scratch_bytes=scratch)]
 
 
 def lower_depthwise(site: Site) -> list[Node]:

@@ -42,5 +42,11 @@ def depthwise_scratch(geo: dict[str, int], limit: int) -> int:
     return _within(fixed + 8 * cols * rows, limit)
 
 
+def gemm_scratch(k: int, out_c: int, limit: int) -> int:
+    """The conv and 1x1 kernels' scratch: the per-channel requantization table, four pixels' k values
+    widened to int16, one pixel's int8 row."""
+    return _within(16 * out_c + 9 * (-(-k // 4) * 4) + 3, limit)
+
+
 def _within(size: int, limit: int) -> int:
     return size if size <= limit else 0
