@@ -1,5 +1,7 @@
 /* Broadcasting binary kernels: int8 add/sub/mul (TFLite arithmetic, with the
- * requantizers prepared once per call) and float add/sub/mul/div. */
+ * requantizers prepared once per call), the int8 add/sub by table, and float
+ * add/sub/mul/div. */
+#include "kiln_gemm.h"
 #include "kiln_kernels.h"
 #include "kiln_simd.h"
 #include "kiln_stub_math.h"
@@ -56,6 +58,51 @@ void kiln_sub_s8(const kiln_sub_s8_params_t *p, const int8_t *a, const int8_t *b
 {
     const kiln_add_rq_t r = kiln_add_rq(p);
     KILN_BROADCAST_LOOP(p, y[out_index] = kiln_add_sub_s8_one(p, &r, a[ai], b[bi], 1));
+}
+
+#ifdef KILN_SIMD_DSP
+/* One element of the table add: LDRSB both, two table loads, ADD, SMMLAR, SUB, ASR, SSAT, STRB. */
+#define KILN_ADD_TABLE_ONE                                                                                   \
+    "ldrsb %[u], [%[a]], #1\n\t"                                                                              \
+    "ldrsb %[v], [%[b]], #1\n\t"                                                                              \
+    "ldr %[u], [%[ta], %[u], lsl #2]\n\t"                                                                     \
+    "ldr %[v], [%[tb], %[v], lsl #2]\n\t"                                                                     \
+    "add %[u], %[u], %[v]\n\t"                                                                                \
+    "smmlar %[v], %[u], %[m], %[k]\n\t"                                                                       \
+    "sub %[v], %[v], %[u], lsr #31\n\t"                                                                       \
+    "asr %[v], %[v], %[e]\n\t"                                                                                \
+    "ssat %[v], #8, %[v]\n\t"                                                                                 \
+    "strb %[v], [%[y]], #1\n\t"
+#endif
+
+void kiln_add_table_span(const int8_t *a, const int8_t *b, const int32_t *table, int8_t *y, int32_t n, int32_t mult,
+                         int32_t round, int32_t shift, int32_t lo, int32_t hi)
+{
+    const int32_t *ta = table + 128, *tb = table + 384; /* indexed by the signed values */
+    int8_t *end = y + n;
+#ifdef KILN_SIMD_DSP
+    if (lo == -128 && hi == 127 && n >= 8) {
+        int8_t *stop = y + (n & ~7);
+        uint32_t u, v;
+        __asm__ volatile("1:\n\t" KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE
+                             KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE
+                         "cmp %[y], %[stop]\n\t"
+                         "bne 1b\n\t"
+                         : [a] "+r"(a), [b] "+r"(b), [y] "+r"(y), [u] "=&r"(u), [v] "=&r"(v)
+                         : [ta] "r"(ta), [tb] "r"(tb), [m] "r"(mult), [k] "r"(round), [e] "r"(shift), [stop] "r"(stop)
+                         : "cc", "memory");
+    }
+#endif
+    for (; y < end; y++, a++, b++) {
+        const int32_t t = kiln_wrap_s32((uint32_t)ta[*a] + (uint32_t)tb[*b]);
+        *y = kiln_clamp8(kiln_sat8(kiln_rq2_apply(mult, round, shift, t)), lo, hi);
+    }
+}
+
+void kiln_add_table_s8(const kiln_add_table_s8_params_t *p, const int8_t *a, const int8_t *b, const int32_t *table,
+                       int8_t *y)
+{
+    kiln_add_table_span(a, b, table, y, p->size, p->out_mult, p->out_round, p->out_shift, p->act_min, p->act_max);
 }
 
 void kiln_mul_s8(const kiln_mul_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)

@@ -304,14 +304,25 @@ static void kiln_conv_lanes(const kiln_conv2d_s8_params_t *p, const int8_t *x, i
     }
 }
 
-/* The whole layer through blocks of four output pixels in scratch s (kiln_gemm.h). */
+/* The add or sub a fused conv's output feeds (kiln_conv2d_add_s8), run over this many pixels' conv outputs
+ * at a time (a multiple of the 4 of a block). */
+#define KILN_RESIDUAL_PIXELS 16
+
+typedef struct {
+    const int8_t *r;
+    const int32_t *table;
+    int32_t mult, round, shift, lo, hi;
+} kiln_residual_t;
+
+/* The whole layer through blocks of four output pixels in scratch s (kiln_gemm.h); with a residual, each
+ * block's conv outputs go to scratch and the add writes y. */
 static void kiln_conv_gemm(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w, const int32_t *bias,
-                           const int32_t *mult, const int32_t *shift, int8_t *y, uint32_t *s)
+                           const int32_t *mult, const int32_t *shift, int8_t *y, uint32_t *s, const kiln_residual_t *res)
 {
     const int32_t k = p->k_h * p->k_w * p->in_c, total = p->n * p->out_h * p->out_w, out_c = p->out_c;
     const int32_t twice = (p->requant & KILN_RQ_FAST) != 0, words = KILN_GEMM_BLOCK_WORDS(k);
     uint32_t *cols = s + KILN_GEMM_TABLE_WORDS(out_c);
-    int8_t *row = (int8_t *)(cols + words);
+    int8_t *row = (int8_t *)(cols + words), *block = (int8_t *)(s + KILN_GEMM_SCRATCH_WORDS(k, out_c));
     kiln_gemm_t g;
     int32_t q, i, b = 0, oy = 0, ox = 0;
     g.k = k;
@@ -344,7 +355,16 @@ static void kiln_conv_gemm(const kiln_conv2d_s8_params_t *p, const int8_t *x, co
                 }
             }
         }
-        kiln_gemm_block(&g, cols, y + q * out_c, pixels);
+        if (res == NULL) {
+            kiln_gemm_block(&g, cols, y + q * out_c, pixels);
+            continue;
+        }
+        kiln_gemm_block(&g, cols, block + q % KILN_RESIDUAL_PIXELS * out_c, pixels);
+        if ((q + 4) % KILN_RESIDUAL_PIXELS == 0 || q + 4 >= total) { /* the add over the blocks gathered */
+            const int32_t first = q - q % KILN_RESIDUAL_PIXELS;
+            kiln_add_table_span(block, res->r + first * out_c, res->table, y + first * out_c, (q + pixels - first) * out_c,
+                                res->mult, res->round, res->shift, res->lo, res->hi);
+        }
     }
 }
 
@@ -355,7 +375,7 @@ void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int
     const int32_t k = p->k_h * p->k_w * p->in_c;
     int32_t o;
     if (scratch != NULL && p->scratch_bytes >= 4 * KILN_GEMM_SCRATCH_WORDS(k, p->out_c) + 3) {
-        kiln_conv_gemm(p, x, w, bias, mult, shift, y, (uint32_t *)(((uintptr_t)scratch + 3u) & ~(uintptr_t)3u));
+        kiln_conv_gemm(p, x, w, bias, mult, shift, y, (uint32_t *)(((uintptr_t)scratch + 3u) & ~(uintptr_t)3u), NULL);
         return;
     }
     if (k <= KILN_COL_MAX) {
@@ -371,5 +391,74 @@ void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int
         const kiln_rq_t q0 = kiln_rq_channel(mult[o], shift[o]), q1 = kiln_rq_channel(mult[o1], shift[o1]);
         kiln_conv_channels(p, x, w + o * k, w + o1 * k, (uint32_t)bias[o], (uint32_t)bias[o1], &q0, &q1, &out,
                            y + o, o1 - o);
+    }
+}
+
+void kiln_conv2d_add_s8(const kiln_conv2d_add_s8_params_t *p, const int8_t *x, const int8_t *w,
+                        const int32_t *bias, const int32_t *mult, const int32_t *shift, const int8_t *r,
+                        const int32_t *table, int8_t *y, void *scratch)
+{
+    const int32_t k = p->k_h * p->k_w * p->in_c;
+    kiln_conv2d_s8_params_t c;
+    kiln_residual_t res;
+    c.n = p->n;
+    c.in_h = p->in_h;
+    c.in_w = p->in_w;
+    c.in_c = p->in_c;
+    c.out_h = p->out_h;
+    c.out_w = p->out_w;
+    c.out_c = p->out_c;
+    c.k_h = p->k_h;
+    c.k_w = p->k_w;
+    c.stride_h = p->stride_h;
+    c.stride_w = p->stride_w;
+    c.dil_h = p->dil_h;
+    c.dil_w = p->dil_w;
+    c.pad_top = p->pad_top;
+    c.pad_left = p->pad_left;
+    c.input_zp = p->input_zp;
+    c.out_zp = p->out_zp;
+    c.act_min = p->act_min;
+    c.act_max = p->act_max;
+    c.requant = p->requant;
+    c.scratch_bytes = p->scratch_bytes;
+    res.r = r;
+    res.table = table;
+    res.mult = p->add_mult;
+    res.round = p->add_round;
+    res.shift = p->add_shift;
+    res.lo = p->add_min;
+    res.hi = p->add_max;
+    if (scratch != NULL && p->scratch_bytes >= 4 * (KILN_GEMM_SCRATCH_WORDS(k, p->out_c) + 4 * p->out_c) + 3) {
+        kiln_conv_gemm(&c, x, w, bias, mult, shift, y, (uint32_t *)(((uintptr_t)scratch + 3u) & ~(uintptr_t)3u), &res);
+        return;
+    }
+    {   /* without scratch: one output value at a time, the add right after it */
+        const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
+        const int32_t total = p->n * p->out_h * p->out_w;
+        int32_t q, o, ky, kx, i;
+        for (q = 0; q < total; q++) {
+            const int32_t b = q / (p->out_h * p->out_w), oy = q / p->out_w % p->out_h, ox = q % p->out_w;
+            for (o = 0; o < p->out_c; o++) {
+                const kiln_rq_t rq = kiln_rq_channel(mult[o], shift[o]);
+                uint32_t acc = (uint32_t)bias[o];
+                int8_t v;
+                for (ky = 0; ky < p->k_h; ky++) {
+                    const int32_t iy = oy * p->stride_h - p->pad_top + ky * p->dil_h;
+                    for (kx = 0; kx < p->k_w; kx++) {
+                        const int32_t ix = ox * p->stride_w - p->pad_left + kx * p->dil_w;
+                        const int8_t *wp = w + ((o * p->k_h + ky) * p->k_w + kx) * p->in_c;
+                        const int in_image = iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w;
+                        for (i = 0; i < p->in_c; i++) {
+                            const int32_t xv = in_image ? x[((b * p->in_h + iy) * p->in_w + ix) * p->in_c + i] : p->input_zp;
+                            acc += (uint32_t)(xv * wp[i]);
+                        }
+                    }
+                }
+                v = kiln_out_s8(&out, kiln_rq_apply(&rq, kiln_wrap_s32(acc)));
+                kiln_add_table_span(&v, r + q * p->out_c + o, table, y + q * p->out_c + o, 1, p->add_mult, p->add_round,
+                                    p->add_shift, p->add_min, p->add_max);
+            }
+        }
     }
 }

@@ -1,5 +1,5 @@
 /* The int8 matrix core behind the scratch paths of the conv, 1x1 and
- * fully-connected kernels (not part of the kernel ABI).
+ * fully-connected kernels, and the table add (not part of the kernel ABI).
  *
  * A block is four pixels (rows of the product). Their K input values each are
  * widened into scratch as int16 lanes in groups of four: for K values
@@ -42,5 +42,10 @@ void kiln_gemm_fill(uint32_t *at, uint32_t v2, int32_t groups);
 /* Every output channel of the block `cols` (KILN_GEMM_BLOCK_WORDS(g->k) words): pixel p's outputs go to
  * y + p * g->out_c, for the first `pixels` (1 to 4) pixels. */
 void kiln_gemm_block(const kiln_gemm_t *g, const uint32_t *cols, int8_t *y, int32_t pixels);
+
+/* y[i] for i < n from a[i] and b[i] as kiln_add_table_s8 does (a's terms at table[a + 128], b's at
+ * table[384 + b]); y may be a or b. The fused conv + add runs it on each block's outputs. */
+void kiln_add_table_span(const int8_t *a, const int8_t *b, const int32_t *table, int8_t *y, int32_t n, int32_t mult,
+                         int32_t round, int32_t shift, int32_t lo, int32_t hi);
 
 #endif /* KILN_GEMM_H */

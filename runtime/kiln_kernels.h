@@ -65,6 +65,21 @@ typedef struct {
 void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w,
                     const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y, void *scratch);
 
+/* kiln_conv2d_s8 whose output feeds an add or sub of the same shape, fused by the lower stage: the conv's
+ * int8 result v (its own out_zp, act_min, act_max) meets the other operand r as in kiln_add_table_s8,
+ * v's terms at table[v + 128] and r's at table[384 + r]; the add's requantization and activation range
+ * are the add_* fields. y may be r (each r element is read before its y element is written). Its fast
+ * path needs the conv's scratch plus 16 * out_c bytes (the conv outputs of 16 pixels). */
+typedef struct {
+    int32_t n, in_h, in_w, in_c, out_h, out_w, out_c;
+    int32_t k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+    int32_t input_zp, out_zp, act_min, act_max, requant, scratch_bytes;
+    int32_t add_mult, add_round, add_shift, add_min, add_max;
+} kiln_conv2d_add_s8_params_t;
+void kiln_conv2d_add_s8(const kiln_conv2d_add_s8_params_t *p, const int8_t *x, const int8_t *w,
+                        const int32_t *bias, const int32_t *mult, const int32_t *shift, const int8_t *r,
+                        const int32_t *table, int8_t *y, void *scratch);
+
 /* 1x1 convolution, stride 1, no padding: a matrix product over pixels. Its fast path widens four pixels
  * at a time in scratch and needs 16 * out_c + 9 * K4 + 3 bytes, K4 = in_c rounded up to a multiple of 4. */
 typedef struct {
@@ -144,6 +159,18 @@ typedef struct {
 typedef kiln_add_s8_params_t kiln_sub_s8_params_t;
 void kiln_add_s8(const kiln_add_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y);
 void kiln_sub_s8(const kiln_sub_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y);
+
+/* int8 add/sub of operands of one shape by table, when the lower stage finds the arithmetic fits:
+ * table[a + 128] and table[384 + b] hold twice each operand's rescaled value (kiln_add_s8's
+ * requantize((x + offset) << left_shift, mult, shift), negated for a subtrahend), their sum t is
+ * requantized as the fast path does (runtime/kiln_kernels.h KILN_RQ_FAST, kiln_simd.h):
+ * y = clamp(floor((SMMLAR(t, out_mult, out_round) - [t < 0]) / 2^out_shift), act_min, act_max), with
+ * out_shift = -shift in [1, 22] and out_round = 2^(out_shift - 1) + out_zp * 2^out_shift. */
+typedef struct {
+    int32_t size, out_mult, out_round, out_shift, act_min, act_max;
+} kiln_add_table_s8_params_t;
+void kiln_add_table_s8(const kiln_add_table_s8_params_t *p, const int8_t *a, const int8_t *b, const int32_t *table,
+                       int8_t *y);
 
 /* int8 mul: requantize((a + a_offset) * (b + b_offset)). */
 typedef struct {

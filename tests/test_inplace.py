@@ -34,9 +34,27 @@ def _tensor(name: str, shape: tuple[int, ...], dtype: str, rng: np.random.Genera
     return Tensor(name, shape, dtype, quant=quant)
 
 
+def conv_add_case(rng: np.random.Generator) -> Graph:
+    """A 3x3 conv whose output only feeds an add with the other operand `b`: lowered as one fused kernel
+    (toolchain.lower.fuse_residual) that may write over `b`."""
+    g = Graph("inplace_conv_add_int8_0")
+    x, b, y = (_tensor(n, SHAPE, "int8", rng) for n in ("x", "b", "y"))
+    t = Tensor("t", SHAPE, "int8", quant=QuantParams((0.05,), (3,)))
+    w = Tensor("w", (4, 3, 3, 4), "int8", quant=QuantParams(tuple(rng.uniform(0.005, 0.02, 4)), (0,) * 4, 0),
+               data=rng.integers(-127, 128, (4, 3, 3, 4)).astype(np.int8))
+    for tensor in (x, b, y, t, w):
+        g.add_tensor(tensor)
+    g.nodes.append(Node("conv", "conv2d", ["x", "w"], ["t"], {"pads": [1, 1, 1, 1]}))
+    g.nodes.append(Node("n", "add", ["t", "b"], ["y"], {}))
+    g.inputs, g.outputs = ["x", "b"], ["y"]
+    return g
+
+
 def case(op: str, dtype: str, broadcast_first: bool, seed: int) -> Graph:
     """One `op` node; binary ops broadcast one operand so the other is the one written over."""
     rng = np.random.default_rng(seed)
+    if op == "conv_add":
+        return conv_add_case(rng)
     g = Graph(f"inplace_{op}_{dtype}_{int(broadcast_first)}")
     if op in BINARY:
         small = (1, 3, 1, 4)
@@ -51,7 +69,7 @@ def case(op: str, dtype: str, broadcast_first: bool, seed: int) -> Graph:
     return g
 
 
-CASES = ([(op, "int8", False) for op in ("sigmoid", "gelu")]
+CASES = ([(op, "int8", False) for op in ("sigmoid", "gelu", "conv_add")]
          + [(op, "int8", b) for op in ("add", "sub", "mul") for b in (False, True)]
          + [(op, "float32", False) for op in UNARY]
          + [(op, "float32", b) for op in BINARY for b in (False, True)])
@@ -97,7 +115,7 @@ def program(tmp_path_factory) -> tuple[Path, dict[str, tuple[Graph, Graph, Graph
 
 
 def test_every_allowed_kernel_is_covered():
-    kernels = {lower(case(op, dt, b, 0), {"profile": "portable"}).nodes[0].attrs["kernel"] for op, dt, b in CASES}
+    kernels = {lower(case(op, dt, b, 0), {"profile": "portable"}).nodes[-1].attrs["kernel"] for op, dt, b in CASES}
     assert kernels == set(IN_PLACE)
 
 
@@ -106,7 +124,7 @@ def test_kernel_in_place_matches_out_of_place_and_reference(program, op, dtype, 
     exe, built = program
     graph = case(op, dtype, broadcast_first, 0)
     graph, in_place, out_of_place = built[graph.name]
-    victim = "b" if broadcast_first else graph.inputs[0]
+    victim = "b" if broadcast_first or op == "conv_add" else graph.inputs[0]
     assert in_place.tensors[victim].attrs["offset"] == in_place.tensors["y"].attrs["offset"]
     assert out_of_place.tensors[victim].attrs["offset"] != out_of_place.tensors["y"].attrs["offset"]
     samples = feeds(graph, seed=CASES.index((op, dtype, broadcast_first)))

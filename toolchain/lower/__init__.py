@@ -1,6 +1,7 @@
 """The lower stage: bind every node to a kernel symbol with its parameters folded.
 
-Input is a quantized graph (or a float kernel-level graph when quantization is
+A conv2d whose output only feeds an add or sub first becomes one fused node
+(`toolchain.lower.fuse_residual`). Input is a quantized graph (or a float kernel-level graph when quantization is
 off); output follows "Lowered graphs" in docs/ir.md: each node carries
 `kernel`, `params_type`, `param_names` and `params`, and its inputs are the
 kernel's pointer arguments in call order (activations, then weights, folded
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from toolchain.errors import KilnError, node_context
 from toolchain.ir.graph import Graph
-from toolchain.lower import activation, binary, conv, movement, norm, pool
+from toolchain.lower import activation, binary, conv, fuse_residual, movement, norm, pool
 from toolchain.lower.common import Rule, Site
 from toolchain.lower.config import CONFIG
 from toolchain.numerics.functions import ELEMENTWISE_OPS
@@ -56,8 +57,8 @@ def lower(graph: Graph, config: dict) -> Graph:
     rules = PROFILES.get(profile)
     if rules is None:
         raise KilnError(f"graph {graph.name!r}: unknown kernels.profile {profile!r} (known: {', '.join(sorted(PROFILES))})")
-    g = graph.copy()
     limit = int(config.get("scratch_limit", CONFIG["scratch_limit"].default))
+    g, _ = fuse_residual.run(graph, limit)
     lowered = []
     for index, node in enumerate(g.nodes):
         rule = rules.get(node.op)

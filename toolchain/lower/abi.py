@@ -39,11 +39,13 @@ _COPY = _f("outer inner in_stride in_offset out_stride out_offset")
 _S8, _U8, _S32, _F32, _ANY = "int8", "uint8", "int32", "float32", "any"
 _CONV_S8_IO = ((_S8, _S8, _S32, _S32, _S32), (_S8,))
 _RQ = _f("requant scratch_bytes")  # the KILN_RQ_* facts and the scratch the kernel is given
-_SCRATCH = frozenset({"kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8"})
+_SCRATCH = frozenset({"kiln_conv2d_s8", "kiln_conv2d_add_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8"})
 _CONV_F32_IO = ((_F32, _F32, _F32), (_F32,))
 
 _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]]] = [
     ("kiln_conv2d_s8", _f("n in_h in_w in_c out_h out_w out_c") + _WINDOW + _f("input_zp out_zp act_min act_max") + _RQ, _CONV_S8_IO),
+    ("kiln_conv2d_add_s8", _f("n in_h in_w in_c out_h out_w out_c") + _WINDOW + _f("input_zp out_zp act_min act_max") + _RQ
+     + _f("add_mult add_round add_shift add_min add_max"), ((_S8, _S8, _S32, _S32, _S32, _S8, _S32), (_S8,))),
     ("kiln_conv2d_1x1_s8", _f("pixels in_c out_c out_zp act_min act_max") + _RQ, _CONV_S8_IO),
     ("kiln_depthwise_conv2d_s8", _f("n in_h in_w in_c out_h out_w ch_mult") + _WINDOW + _f("input_zp out_zp act_min act_max") + _RQ, _CONV_S8_IO),
     ("kiln_fully_connected_s8", _f("batches in_features out_features out_zp act_min act_max"), _CONV_S8_IO),
@@ -53,6 +55,7 @@ _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]
     ("kiln_fully_connected_f32", _f("batches in_features out_features act_min_bits act_max_bits"), _CONV_F32_IO),
     ("kiln_batch_matmul_f32", _f("batches m k n act_min_bits act_max_bits"), ((_F32, _F32), (_F32,))),
     *[(f"kiln_{op}_s8", _BCAST + _f("a_offset a_mult a_shift b_offset b_mult b_shift left_shift out_mult out_shift out_zp act_min act_max"), ((_S8, _S8), (_S8,))) for op in ("add", "sub")],
+    ("kiln_add_table_s8", _f("size out_mult out_round out_shift act_min act_max"), ((_S8, _S8, _S32), (_S8,))),
     ("kiln_mul_s8", _BCAST + _f("a_offset b_offset out_mult out_shift out_zp act_min act_max"), ((_S8, _S8), (_S8,))),
     *[(f"kiln_{op}_f32", _BCAST + _f("act_min_bits act_max_bits"), ((_F32, _F32), (_F32,))) for op in ("add", "sub", "mul", "div", "maximum", "minimum")],
     *[(f"kiln_{op}_s8", _BCAST, ((_S8, _S8), (_S8,))) for op in ("maximum", "minimum")],

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from toolchain.ir.graph import Node
 from toolchain.lower.common import Site, Unsupported, qparams
+from toolchain.lower.specialize import add_table
 from toolchain.numerics.params import add_params, mul_multiplier
 
 MAX_RANK = 4
@@ -58,6 +59,11 @@ def lower_binary(site: Site) -> list[Node]:
     if op not in ("add", "sub"):
         raise Unsupported(f"no int8 kernel for {op}")
     p = add_params(qa, qb, qy)
+    table = add_table(p, op == "sub") if a.shape == b.shape == y.shape else None
+    if table is not None:
+        name = site.constant("table", table.table, "int32")
+        return [site.call("kiln_add_table_s8", [a.name, b.name, name], size=y.size, out_mult=table.mult,
+                          out_round=table.round, out_shift=table.shift, **site.act_range())]
     return [site.call(f"kiln_{op}_s8", [a.name, b.name], **geo, a_offset=p.a_offset, a_mult=p.a_mult, a_shift=p.a_shift,
                       b_offset=p.b_offset, b_mult=p.b_mult, b_shift=p.b_shift, left_shift=p.left_shift,
                       out_mult=p.out_mult, out_shift=p.out_shift, out_zp=p.out_zp, **site.act_range())]

@@ -1,13 +1,15 @@
 """conv2d, depthwise_conv2d and fully_connected: weights stay, bias absorbs the input zero point."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from toolchain.ir.graph import Node, Tensor
 from toolchain.lower.common import Site, Unsupported, constant_data, four_d, qparams
-from toolchain.lower.specialize import depthwise_scratch, gemm_scratch, requant_facts
-from toolchain.numerics.fixedpoint import wrap_int32
-from toolchain.numerics.params import channel_multipliers, mul_multiplier
+from toolchain.lower.specialize import add_table, conv_add_scratch, depthwise_scratch, gemm_scratch, requant_facts
+from toolchain.numerics.fixedpoint import activation_range, wrap_int32
+from toolchain.numerics.params import add_params, channel_multipliers, mul_multiplier
 
 
 def _window(site: Site, w_shape: tuple[int, ...], kh_axis: int) -> dict[str, int]:
@@ -34,9 +36,9 @@ def _weights(site: Site, channel_axis: int) -> tuple[Tensor, np.ndarray]:
 
 def _int8_constants(site: Site, channel_axis: int, sum_axes: tuple[int, ...]) -> tuple[list[str], dict[str, int], int]:
     """Folded bias, multipliers and shifts; returns the call inputs, the shared quant params and the KILN_RQ_* facts."""
-    x, y = site.input(0), site.output()
+    x = site.input(0)
     in_scale, in_zp = qparams(x, "input")
-    out_scale, out_zp = qparams(y, "output")
+    out_scale, out_zp = _output_quant(site)
     w, w_data = _weights(site, channel_axis)
     channels = w.shape[channel_axis]
     bias = site.input(2)
@@ -47,9 +49,16 @@ def _int8_constants(site: Site, channel_axis: int, sum_axes: tuple[int, ...]) ->
     mult, shift = channel_multipliers(in_scale, w.quant.scale, out_scale, channels)
     inputs = [x.name, w.name, site.constant("bias", folded.astype(np.int32), "int32"),
               site.constant("mult", mult, "int32"), site.constant("shift", shift, "int32")]
-    act = site.act_range()
-    facts = requant_facts(folded, w_data, channel_axis, mult, shift, act["act_min"], act["act_max"])
-    return inputs, {"out_zp": out_zp, **act}, facts
+    lo, hi = activation_range(float(site.attr("act_min", -math.inf)), float(site.attr("act_max", math.inf)), out_scale, out_zp)
+    facts = requant_facts(folded, w_data, channel_axis, mult, shift, lo, hi)
+    return inputs, {"out_zp": out_zp, "act_min": lo, "act_max": hi}, facts
+
+
+def _output_quant(site: Site) -> tuple[float, int]:
+    """The layer's own output quantization: a conv fused with the add it feeds keeps its gone tensor's."""
+    if "residual" in site.node.attrs:
+        return float(site.attr("residual_scale")), int(site.attr("residual_zero_point"))
+    return qparams(site.output(), "output")
 
 
 def _float_inputs(site: Site, channels: int) -> list[str]:
@@ -75,8 +84,32 @@ def lower_conv2d(site: Site) -> list[Node]:
         pixels = geo["n"] * geo["in_h"] * geo["in_w"]
         return [site.call("kiln_conv2d_1x1_s8", inputs, pixels=pixels, in_c=geo["in_c"], out_c=geo["out_c"], **quant,
                           requant=facts, scratch_bytes=scratch)]
+    if "residual" in site.node.attrs:
+        return [_conv_add(site, inputs, geo, quant, facts)]
     return [site.call("kiln_conv2d_s8", inputs, **geo, input_zp=qparams(site.input(0), "input")[1], **quant, requant=facts,
                       scratch_bytes=scratch)]
+
+
+def _conv_add(site: Site, inputs: list[str], geo: dict[str, int], quant: dict[str, int], facts: int) -> Node:
+    """A conv fused with the add or sub it feeds (toolchain.lower.fuse_residual): kiln_conv2d_add_s8."""
+    conv_out = (site.attr("residual_scale"), site.attr("residual_zero_point"))
+    other, y = site.input(3), site.output()
+    operands = [conv_out, qparams(other, "residual operand")]
+    if site.attr("residual_operand") == 1:
+        operands.reverse()
+    p = add_params(operands[0], operands[1], qparams(y, "output"))
+    table = add_table(p, site.attr("residual") == "sub")
+    if table is None:
+        raise Unsupported("the fused add's arithmetic does not fit its table")
+    terms = table.table.reshape(2, 256)
+    if site.attr("residual_operand") == 1:  # the kernel takes the conv's terms first
+        terms = terms[::-1]
+    lo, hi = activation_range(float(site.attr("residual_act_min")), float(site.attr("residual_act_max")), *qparams(y, "output"))
+    k = geo["k_h"] * geo["k_w"] * geo["in_c"]
+    return site.call("kiln_conv2d_add_s8", inputs + [other.name, site.constant("table", terms.reshape(-1), "int32")], **geo,
+                     input_zp=qparams(site.input(0), "input")[1], **quant, requant=facts,
+                     scratch_bytes=conv_add_scratch(k, geo["out_c"], site.scratch_limit), add_mult=table.mult,
+                     add_round=table.round, add_shift=table.shift, add_min=lo, add_max=hi)
 
 
 def lower_depthwise(site: Site) -> list[Node]:

@@ -9,10 +9,18 @@
 - `*_scratch`: the arena bytes a kernel's scratch path needs, the formulas
   stated with each kernel in the header; 0 when that exceeds
   `kernels.scratch_limit`, so the kernel takes its path without scratch.
+- `add_table`: kiln_add_table_s8's table and rounding term, when the sum of
+  two table entries and its requantization stay inside int32 (the fast
+  requantization's bounds: |t| < 2^31, shift in [1, 22]).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from toolchain.numerics.fixedpoint import requantize, wrap_int32
+from toolchain.numerics.params import AddParams
 
 KILN_RQ_FAST = 1
 KILN_RQ_FULL = 2
@@ -48,5 +56,31 @@ def gemm_scratch(k: int, out_c: int, limit: int) -> int:
     return _within(16 * out_c + 9 * (-(-k // 4) * 4) + 3, limit)
 
 
+def conv_add_scratch(k: int, out_c: int, limit: int) -> int:
+    """kiln_conv2d_add_s8's scratch: the conv's and the int8 conv outputs of 16 pixels."""
+    return _within(gemm_scratch(k, out_c, 2**62) + 16 * out_c, limit)
+
+
 def _within(size: int, limit: int) -> int:
     return size if size <= limit else 0
+
+
+@dataclass(frozen=True)
+class AddTable:
+    table: np.ndarray  # int32[512]: twice a's rescaled values for a = -128..127, then b's (negated to subtract)
+    mult: int
+    round: int
+    shift: int  # the right shift, >= 1
+
+
+def add_table(p: AddParams, subtract: bool) -> AddTable | None:
+    """kiln_add_table_s8's constants for TFLite's add/sub `p`, or None when its arithmetic does not fit."""
+    values = np.arange(-128, 128, dtype=np.int64)
+    a = requantize(wrap_int32((values + p.a_offset) << p.left_shift), p.a_mult, p.a_shift)
+    b = requantize(wrap_int32((values + p.b_offset) << p.left_shift), p.b_mult, p.b_shift)
+    b = -b if subtract else b
+    shift = -p.out_shift
+    if not (1 <= shift <= 22 and p.out_mult > 0 and 2 * (int(np.abs(a).max()) + int(np.abs(b).max())) < 2**31):
+        return None
+    table = np.concatenate([2 * a, 2 * b]).astype(np.int32)
+    return AddTable(table, p.out_mult, 2 ** (shift - 1) + p.out_zp * 2**shift, shift)

@@ -14,6 +14,8 @@ from toolchain.ir.graph import Graph, Node
 IN_PLACE: dict[str, tuple[int, ...]] = {
     "kiln_lut_s8": (0,),
     "kiln_add_s8": (0, 1),
+    "kiln_add_table_s8": (0, 1),
+    "kiln_conv2d_add_s8": (5,),
     "kiln_sub_s8": (0, 1),
     "kiln_mul_s8": (0, 1),
     "kiln_add_f32": (0, 1),
