@@ -61,18 +61,29 @@ void kiln_sub_s8(const kiln_sub_s8_params_t *p, const int8_t *a, const int8_t *b
 }
 
 #ifdef KILN_SIMD_DSP
-/* One element of the table add: LDRSB both, two table loads, ADD, SMMLAR, SUB, ASR, SSAT, STRB. */
-#define KILN_ADD_TABLE_ONE                                                                                   \
+/* One element of the table add: LDRSB both, two table loads, ADD, SMMLAR, SUB, then the shift and SSAT
+ * (one instruction when the shift is a constant: SSAT shifts first), STRB. */
+#define KILN_ADD_TABLE_ONE(SHIFT_SAT)                                                                        \
     "ldrsb %[u], [%[a]], #1\n\t"                                                                              \
     "ldrsb %[v], [%[b]], #1\n\t"                                                                              \
     "ldr %[u], [%[ta], %[u], lsl #2]\n\t"                                                                     \
     "ldr %[v], [%[tb], %[v], lsl #2]\n\t"                                                                     \
     "add %[u], %[u], %[v]\n\t"                                                                                \
     "smmlar %[v], %[u], %[m], %[k]\n\t"                                                                       \
-    "sub %[v], %[v], %[u], lsr #31\n\t"                                                                       \
-    "asr %[v], %[v], %[e]\n\t"                                                                                \
-    "ssat %[v], #8, %[v]\n\t"                                                                                 \
+    "sub %[v], %[v], %[u], lsr #31\n\t" SHIFT_SAT                                                             \
     "strb %[v], [%[y]], #1\n\t"
+#define KILN_ADD_TABLE_LOOP(SHIFT_SAT)                                                                       \
+    __asm__ volatile("1:\n\t" KILN_ADD_TABLE_ONE(SHIFT_SAT) KILN_ADD_TABLE_ONE(SHIFT_SAT)                     \
+                         KILN_ADD_TABLE_ONE(SHIFT_SAT) KILN_ADD_TABLE_ONE(SHIFT_SAT)                          \
+                     "cmp %[y], %[stop]\n\t"                                                                  \
+                     "bne 1b\n\t"                                                                             \
+                     : [a] "+r"(a), [b] "+r"(b), [y] "+r"(y), [u] "=&r"(u), [v] "=&r"(v)                      \
+                     : [ta] "r"(ta), [tb] "r"(tb), [m] "r"(mult), [k] "r"(round), [e] "r"(shift), [stop] "r"(stop) \
+                     : "cc", "memory")
+#define KILN_ADD_TABLE_CASE(E)                                                                               \
+    case E:                                                                                                  \
+        KILN_ADD_TABLE_LOOP("ssat %[v], #8, %[v], asr #" #E "\n\t");                                         \
+        break;
 #endif
 
 void kiln_add_table_span(const int8_t *a, const int8_t *b, const int32_t *table, int8_t *y, int32_t n, int32_t mult,
@@ -81,16 +92,23 @@ void kiln_add_table_span(const int8_t *a, const int8_t *b, const int32_t *table,
     const int32_t *ta = table + 128, *tb = table + 384; /* indexed by the signed values */
     int8_t *end = y + n;
 #ifdef KILN_SIMD_DSP
-    if (lo == -128 && hi == 127 && n >= 8) {
-        int8_t *stop = y + (n & ~7);
+    if (lo == -128 && hi == 127 && n >= 4) {
+        const int8_t *stop = y + (n & ~3);
         uint32_t u, v;
-        __asm__ volatile("1:\n\t" KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE
-                             KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE KILN_ADD_TABLE_ONE
-                         "cmp %[y], %[stop]\n\t"
-                         "bne 1b\n\t"
-                         : [a] "+r"(a), [b] "+r"(b), [y] "+r"(y), [u] "=&r"(u), [v] "=&r"(v)
-                         : [ta] "r"(ta), [tb] "r"(tb), [m] "r"(mult), [k] "r"(round), [e] "r"(shift), [stop] "r"(stop)
-                         : "cc", "memory");
+        switch (shift) { /* the output shifts TFLite's add gives (2 * input scale / 2^20 over the output scale) */
+            KILN_ADD_TABLE_CASE(14)
+            KILN_ADD_TABLE_CASE(15)
+            KILN_ADD_TABLE_CASE(16)
+            KILN_ADD_TABLE_CASE(17)
+            KILN_ADD_TABLE_CASE(18)
+            KILN_ADD_TABLE_CASE(19)
+            KILN_ADD_TABLE_CASE(20)
+            KILN_ADD_TABLE_CASE(21)
+            KILN_ADD_TABLE_CASE(22)
+        default:
+            KILN_ADD_TABLE_LOOP("asr %[v], %[v], %[e]\n\tssat %[v], #8, %[v]\n\t");
+            break;
+        }
     }
 #endif
     for (; y < end; y++, a++, b++) {
