@@ -1,10 +1,12 @@
-"""The int8 conv, depthwise and matrix kernels on the Cortex-M4 (their DSP path) against the reference.
+"""The int8 conv, depthwise, matrix and table-add kernels on the Cortex-M4 (their DSP path) against the reference.
 
-Seeded single-node graphs of every kernel family (tests/test_kernels.py's
-BLOCK_CASES plus the zoo's layer shapes) are lowered, planned and generated
-as separate models of one firmware image, run under QEMU mps2-an386 and
-compared bit for bit with the integer reference executor. The host tests
-run the same kernels' portable path; this one runs SMLAD/SXTB16.
+Seeded graphs of every kernel family (tests/test_kernels.py's BLOCK_CASES:
+conv, depthwise, fully connected, conv fused with a residual add, table add,
+requantization sweeps; plus the zoo's layer shapes) are lowered, planned and
+generated as separate models of one firmware image, some also lowered without
+scratch (the kernels' paths without it), run under QEMU mps2-an386 and
+compared bit for bit with the integer reference executor. The host tests run
+the same kernels' portable path; this one runs the assembly blocks.
 """
 from __future__ import annotations
 
@@ -20,12 +22,14 @@ from toolchain.config import validate
 from toolchain.host import model_prefix
 from toolchain.ir.graph import Graph, QuantParams, Tensor
 from toolchain.lower import lower
+from toolchain.lower.specialize import KILN_RQ_FAST, KILN_RQ_FULL
 from toolchain.plan import plan
 from toolchain.reference.executor import run
 from toolchain.reference.int8 import INT8_IMPLS
 from toolchain.target import cortex_m, qemu
 
-CASES_PER_FAMILY = 12
+CASES_PER_FAMILY = 10
+WITHOUT_SCRATCH = 3  # cases per family also lowered with kernels.scratch_limit = 0
 DEFAULTS = validate({}, "kernel test")
 PLAN = dict(DEFAULTS["plan"], io_in_arena=True)  # a non-empty arena: a single node has no intermediate tensor
 
@@ -39,6 +43,15 @@ ZOO_LAYERS = [
     ("conv2d", (1, 5, 5, 24), 12, (1, 1), (1, 1), (0, 0, 0, 0)),  # pointwise
     ("depthwise_conv2d", (1, 7, 5, 24), 24, (3, 3), (1, 1), (1, 1, 1, 1)),
     ("depthwise_conv2d", (1, 8, 8, 16), 16, (3, 3), (2, 2), (0, 0, 1, 1)),
+    ("depthwise_conv2d", (1, 3, 3, 20), 20, (3, 3), (1, 1), (1, 1, 1, 1)),  # tiny map, all border
+    ("depthwise_conv2d", (1, 9, 6, 8), 8, (3, 3), (2, 1), (1, 0, 1, 1)),  # strides 2 down, 1 across
+    ("conv2d", (1, 7, 9, 3), 5, (3, 3), (1, 1), (1, 1, 1, 1)),  # 27 values: rows read on past k
+    ("conv2d", (1, 6, 5, 2), 3, (1, 3), (1, 2), (0, 1, 0, 1)),  # 6 values, 3 channels, odd pixel count
+    ("conv2d", (1, 5, 7, 8), 2, (3, 3), (2, 1), (1, 1, 1, 1)),  # 72 values: an even number of groups
+    ("conv2d", (1, 4, 5, 12), 7, (1, 1), (1, 1), (0, 0, 0, 0)),  # pointwise, 20 pixels
+    ("conv2d", (1, 6, 5, 24), 6, (3, 3), (1, 1), (1, 1, 1, 1)),  # 216 values
+    ("conv2d", (1, 8, 8, 8), 3, (6, 6), (1, 1), (2, 2, 3, 3)),  # 36 taps of 8 channels
+    *[("conv2d", (1, 3, 5, c), 6, (1, 1), (1, 1), (0, 0, 0, 0)) for c in (5, 6, 7)],  # pointwise, k % 4 = 1, 2, 3
 ]
 
 
@@ -62,10 +75,26 @@ def zoo_case(rng: np.random.Generator, op: str, shape: tuple, oc: int, kernel: t
     return g, feeds
 
 
-def all_cases() -> list[tuple[str, Graph, dict[str, np.ndarray]]]:
-    cases = [(f"{op}_{seed}", *BLOCK_CASES[op](np.random.default_rng([seed, 64])))
+def narrow_add_case(rng: np.random.Generator, b_shape: tuple[int, ...]) -> tuple[Graph, dict[str, np.ndarray]]:
+    """An add whose output scale is far below its inputs' (most outputs saturate): with operands of one
+    shape an output shift below the table add's SSAT-shift loops, so its loop shifts with ASR; with b
+    broadcast, kiln_add_s8."""
+    shape = (3, 11)
+    g = single_node("add", [act("a", shape, q(0.5, 3)), act("b", b_shape, q(0.4, -7))], [act("y", shape, q(0.002, 1))], {})
+    return g, {"a": random_int8(rng, shape), "b": random_int8(rng, b_shape)}
+
+
+def all_cases() -> list[tuple[str, Graph, dict[str, np.ndarray], int]]:
+    """(model name, graph, feeds, kernels.scratch_limit) of every case."""
+    limit = DEFAULTS["kernels"]["scratch_limit"]
+    cases = [(f"{op}_{seed}", *BLOCK_CASES[op](np.random.default_rng([seed, 64])), limit)
              for op in sorted(BLOCK_CASES) for seed in range(CASES_PER_FAMILY)]
-    cases += [(f"zoo_{i}", *zoo_case(np.random.default_rng([i, 65]), *layer)) for i, layer in enumerate(ZOO_LAYERS)]
+    cases += [(f"{op}_{seed}_bare", *BLOCK_CASES[op](np.random.default_rng([seed, 64])), 0)
+              for op in sorted(BLOCK_CASES) for seed in range(WITHOUT_SCRATCH)]
+    cases += [(f"zoo_{i}{tag}", *zoo_case(np.random.default_rng([i, 65]), *layer), size)
+              for i, layer in enumerate(ZOO_LAYERS) for tag, size in (("", limit), ("_bare", 0))]
+    cases += [(f"narrow_add_{i}", *narrow_add_case(np.random.default_rng(66), b_shape), limit)
+              for i, b_shape in enumerate([(3, 11), (1, 11)])]
     return cases
 
 
@@ -74,8 +103,8 @@ def image(tmp_path_factory) -> tuple[Path, list[tuple[str, Graph, Graph, dict]]]
     """One firmware image holding every case as a model named after it."""
     d = tmp_path_factory.mktemp("cm4_kernels")
     built, sources, models = [], [], []
-    for name, graph, feeds in all_cases():
-        planned = plan(lower(graph, {"profile": "portable"}), PLAN)
+    for name, graph, feeds, limit in all_cases():
+        planned = plan(lower(graph, {"profile": "portable", "scratch_limit": limit}), PLAN)
         for fname, text in generate(planned, name, DEFAULTS["codegen"]).items():
             (d / fname).write_bytes(text)
         sources.append(d / f"{name}.c")
@@ -84,20 +113,45 @@ def image(tmp_path_factory) -> tuple[Path, list[tuple[str, Graph, Graph, dict]]]
     return cortex_m.build_firmware(sources, models, d / "kernels.elf"), built
 
 
-def conv_path(params: dict[str, int]) -> str:
-    """Which of kiln_conv2d_s8's paths a call takes (firmware_stubs/conv_s8.c: KILN_COL_MAX, KILN_TAPS_MAX)."""
-    taps = params["k_h"] * params["k_w"]
-    return "columns" if taps * params["in_c"] <= 160 else "channels" if taps <= 25 else "large"
+FAST_FULL = KILN_RQ_FAST | KILN_RQ_FULL
+TABLE_ADD_SHIFTS = range(14, 23)  # the shifts firmware_stubs/binary.c's table add has SSAT-shift loops for
+
+
+def kernel_path(node) -> str:
+    """Which path of its kernel a call takes, from its parameters (firmware_stubs/*.c)."""
+    kernel, p = node.attrs["kernel"], dict(zip(node.attrs["param_names"], node.attrs["params"]))
+    if kernel == "kiln_add_table_s8":
+        return "table add, SSAT shift" if p["out_shift"] in TABLE_ADD_SHIFTS else "table add, ASR"
+    if kernel not in ("kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_conv2d_add_s8", "kiln_depthwise_conv2d_s8"):
+        return kernel
+    if not p["scratch_bytes"]:
+        if kernel == "kiln_conv2d_s8":  # KILN_COL_MAX, KILN_TAPS_MAX
+            taps = p["k_h"] * p["k_w"]
+            return "conv columns" if taps * p["in_c"] <= 160 else "conv channels" if taps <= 25 else "conv large"
+        return f"{kernel} without scratch"
+    if kernel == "kiln_depthwise_conv2d_s8":
+        rows3x3 = (p["requant"] == FAST_FULL and p["in_c"] * p["ch_mult"] >= 4 and (p["k_h"], p["k_w"], p["dil_h"], p["dil_w"]) == (3, 3, 1, 1)
+                   and p["stride_w"] in (1, 2))
+        return f"depthwise 3x3 rows, stride {p['stride_w']}" if rows3x3 else "depthwise strips"
+    k = p["in_c"] * (p["k_h"] * p["k_w"] if "k_h" in p else 1)
+    pixels = p["pixels"] if "pixels" in p else p["n"] * p["out_h"] * p["out_w"]
+    if p["requant"] == FAST_FULL and pixels >= 4:
+        return f"{kernel} rows, k % 4 = {k % 4}, {'even' if -(-k // 4) % 2 == 0 else 'odd'} groups"
+    return f"{kernel} blocks"
 
 
 def test_every_kernel_family_and_path_is_covered(image):
     _, built = image
-    nodes = [n for _, _, planned, _ in built for n in planned.nodes]
-    kernels = {n.attrs["kernel"] for n in nodes}
-    assert {"kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8", "kiln_fully_connected_s8"} <= kernels
-    paths = {conv_path(dict(zip(n.attrs["param_names"], n.attrs["params"]))) for n in nodes
-             if n.attrs["kernel"] == "kiln_conv2d_s8"}
-    assert paths == {"columns", "channels", "large"}
+    paths = {kernel_path(n) for _, _, planned, _ in built for n in planned.nodes if n.attrs.get("kernel")}
+    assert {"conv columns", "conv channels", "conv large", "kiln_conv2d_1x1_s8 without scratch",
+            "kiln_depthwise_conv2d_s8 without scratch", "depthwise 3x3 rows, stride 1", "depthwise 3x3 rows, stride 2",
+            "depthwise strips", "kiln_conv2d_s8 blocks", "kiln_conv2d_1x1_s8 blocks", "kiln_conv2d_add_s8 blocks",
+            "table add, SSAT shift", "table add, ASR", "kiln_fully_connected_s8", "kiln_add_s8"} <= paths, paths
+    for kernel in ("kiln_conv2d_s8", "kiln_conv2d_1x1_s8"):
+        for rest in range(4):
+            assert any(p.startswith(f"{kernel} rows, k % 4 = {rest}") for p in paths), (kernel, rest)
+        assert {f"{kernel} rows, k % 4 = 0, even groups", f"{kernel} rows, k % 4 = 0, odd groups"} <= paths
+    assert any(p.startswith("kiln_conv2d_add_s8 rows") for p in paths)
 
 
 def test_dsp_kernels_match_reference(image):

@@ -25,6 +25,7 @@ from toolchain.ir.serialize import dumps, loads
 from toolchain.ir.verify import verify
 from toolchain.lower import lower
 from toolchain.lower.abi import KERNELS
+from toolchain.lower.specialize import KILN_RQ_FAST, KILN_RQ_FULL
 from toolchain.reference import float_ops  # noqa: F401  (registers the float implementations)
 from toolchain.reference.executor import FLOAT_IMPLS, run
 from toolchain.reference.int8 import INT8_IMPLS
@@ -357,6 +358,73 @@ GENERATORS = {
 }
 FLOAT_ONLY = {"div": lambda rng, dt: binary_case(rng, dt, "div")}
 
+def residual_case(rng):
+    """A random conv2d (any window, stride, padding, channel count) whose output alone feeds an add or sub
+    with another input of its shape, either operand first: the lower stage fuses the two when the add's
+    arithmetic fits its table (kiln_conv2d_add_s8), else they stay two kernels."""
+    g, feeds = conv_case(rng, "int8", "conv2d", channels=(1, 3, 4, 8, 9, 16), out_channels=(1, 2, 5, 8), size_range=(1, 9))
+    conv = g.nodes[0]
+    t = g.tensors.pop(conv.outputs[0]).copy(name="t")
+    g.add_tensor(t)
+    g.nodes[0] = conv.copy(outputs=["t"])
+    g.outputs = ["t"]
+    r = _qact(rng, "r", t.shape, "int8")
+    g.add_tensor(r)
+    feeds["r"] = random_int8(rng, t.shape)
+    op, first = ("add", "sub")[int(rng.integers(2))], bool(rng.integers(2))
+    values = {"t": run(g, feeds, table=INT8_IMPLS)["t"], "r": feeds["r"]}
+    real = {n: (values[n].astype(np.float64) - g.tensors[n].quant.zero_point[0]) * g.tensors[n].quant.scale[0] for n in values}
+    y_real = (real["t"] - real["r"] if first else real["r"] - real["t"]) if op == "sub" else real["t"] + real["r"]
+    lo, hi = min(float(y_real.min()), 0.0), max(float(y_real.max()), 0.0)
+    scale = max(hi - lo, 0.05) / float(rng.uniform(200, 255))
+    y = act("y", t.shape, q(scale, int(np.clip(round(-128 - lo / scale), -128, 127))))
+    g.add_tensor(y)
+    g.nodes.append(Node("s", op, ["t", "r"] if first else ["r", "t"], ["y"], _act_attrs(rng)))
+    g.inputs, g.outputs = ["x", "r"], ["y"]
+    return g, feeds
+
+
+def table_add_case(rng):
+    """An int8 add or sub of two inputs of one shape, long enough for the unrolled loops and their tails:
+    kiln_add_table_s8 when the arithmetic fits, kiln_add_s8/kiln_sub_s8 otherwise."""
+    shape = (int(rng.integers(1, 40)), int(rng.integers(1, 9)))
+    op = ("add", "sub")[int(rng.integers(2))]
+    a, b = _qact(rng, "a", shape, "int8"), _qact(rng, "b", shape, "int8")
+    if rng.random() < 0.5:  # inputs of close scales, as residual connections have: the common output shifts
+        b = b.copy(quant=q(a.quant.scale[0] * float(rng.uniform(0.5, 2.0)), b.quant.zero_point[0]))
+    return _graph(rng, op, [a, b], [_qact(rng, "y", shape, "int8")], _act_attrs(rng))
+
+
+def requant_sweep_case(rng):
+    """A 1x1 conv or depthwise conv whose input channels each see every int8 value: per output channel
+    the accumulators run through about 256 consecutive values around a random bias, and the channels'
+    multipliers span right shifts of 1 to 12 (some exact powers of two, whose products land on the
+    roundings' ties), so both roundings of the requantization meet their ties on both signs. Variants:
+    a 1x1 conv, one with a padded column (kiln_conv2d_s8 instead of the 1x1 kernel) or a depthwise conv
+    (channel multiplier 1 or 2), each also with one multiplier above 1 (a left shift: the general
+    requantization)."""
+    oc, variant = 16, int(rng.integers(6))
+    depthwise, ic = variant >= 4, (int(rng.choice([8, 16])) if variant >= 4 else 1)
+    x = np.stack([rng.permutation(np.arange(-128, 128)) for _ in range(ic)], axis=-1).astype(np.int8).reshape(1, 16, 16, ic)
+    real = np.where(np.arange(oc) % 4 == 0, 2.0 ** -rng.integers(1, 12, oc), 2.0 ** rng.uniform(-12, -0.5, oc))
+    if variant % 2:
+        real[int(rng.integers(oc))] = float(rng.uniform(1.0, 4.0))
+    in_scale, out_scale = 0.02, 0.05
+    w_scale = tuple(float(v) for v in real * out_scale / in_scale)
+    w_shape, axis = ((1, 1, 1, oc), 3) if depthwise else ((oc, 1, 1, 1), 0)
+    weights = Tensor("w", w_shape, "int8", quant=QuantParams(w_scale, (0,) * oc, axis),
+                     data=rng.choice([-3, -2, -1, 1, 2, 3], w_shape).astype(np.int8))
+    bias = Tensor("b", (oc,), "int32", data=rng.integers(-600, 600, oc).astype(np.int32))
+    pads = [0, 0, 0, 1] if variant in (2, 3) else [0, 0, 0, 0]
+    attrs = {"strides": [1, 1], "dilations": [1, 1], "pads": pads, **_act_attrs(rng)}
+    if depthwise:
+        attrs["depth_multiplier"] = oc // ic
+    g = single_node("depthwise_conv2d" if depthwise else "conv2d",
+                    [act("x", x.shape, q(in_scale, int(rng.integers(-5, 5)))), weights, bias],
+                    [act("y", (1, 16, 16 + pads[3], oc), q(out_scale, int(rng.integers(-128, 128))))], attrs)
+    return g, {"x": x}
+
+
 # Shapes that reach every blocked path of the int8 conv/depthwise/matrix kernels: channel counts
 # with every remainder modulo 4 and 8 (the SIMD widths), rows longer than 8, odd output widths,
 # windows partly in the padding on every side, strides and dilations, windows of up to 7x7 taps. tests/test_cortex_m_kernels.py
@@ -369,6 +437,9 @@ BLOCK_CASES = {
     "depthwise_conv2d": lambda rng: conv_case(rng, "int8", "depthwise_conv2d", channels=(3, 4, 5, 8, 12, 13, 16),
                                               size_range=(1, 11), k_range=(1, 4)),
     "fully_connected": lambda rng: fc_case(rng, "int8", most=(3, 70, 9)),
+    "residual": residual_case,
+    "table_add": table_add_case,
+    "requant_sweep": requant_sweep_case,
 }
 
 
@@ -378,12 +449,12 @@ def lib(tmp_path_factory):
     return ctypes.CDLL(str(build_library(tmp_path_factory.mktemp("stubs"), sanitize)))
 
 
-def check_case(lib, graph, feeds, seed):
+def check_case(lib, graph, feeds, seed, config=CONFIG, scratch_used=None):
     verify(graph, levels=("kernel",))
     before = dumps(graph)
-    lowered = lower(graph, CONFIG)
+    lowered = lower(graph, config)
     assert dumps(graph) == before, "lower mutated its input"
-    got = run_lowered(lib, lowered, feeds, seed)
+    got = run_lowered(lib, lowered, feeds, seed, scratch_used)
     want = run(graph, feeds, table=INT8_IMPLS)
     for name in graph.outputs:
         if graph.tensors[name].dtype == "float32":
@@ -405,6 +476,84 @@ def test_int8_blocked_kernels_match_reference(lib, op):
     for seed in range(3 * CASES):
         graph, feeds = BLOCK_CASES[op](np.random.default_rng([seed, 16]))
         check_case(lib, graph, feeds, seed)
+
+
+@pytest.mark.parametrize("op", sorted(BLOCK_CASES))
+def test_int8_blocked_kernels_without_scratch_match_reference(lib, op):
+    """The same cases given no scratch (kernels.scratch_limit = 0): every kernel's path without it."""
+    for seed in range(CASES):
+        graph, feeds = BLOCK_CASES[op](np.random.default_rng([seed, 16]))
+        used = []
+        lowered = check_case(lib, graph, feeds, seed, {**CONFIG, "scratch_limit": 0}, used)
+        assert not any(used) and all(n.attrs.get("scratch_bytes", 0) == 0 for n in lowered.nodes)
+
+
+def _fast_paths(lib) -> set[tuple[str, int, bool]]:
+    """(kernel, KILN_RQ_* facts, scratch written) of every kernel call the blocked cases make."""
+    seen = set()
+    for op in sorted(BLOCK_CASES):
+        for seed in range(36):  # the seeds the assertions below were written for, whatever KILN_KERNEL_CASES says
+            graph, feeds = BLOCK_CASES[op](np.random.default_rng([seed, 16]))
+            used: list[bool] = []
+            lowered = lower(graph, CONFIG)
+            run_lowered(lib, lowered, feeds, seed, used)
+            calls = [n for n in lowered.nodes if "scratch_bytes" in n.attrs]
+            for node, wrote in zip(calls, used):
+                params = dict(zip(node.attrs["param_names"], node.attrs["params"]))
+                seen.add((node.attrs["kernel"], params["requant"], wrote))
+    return seen
+
+
+def test_blocked_cases_reach_every_fast_path(lib):
+    """Each scratch kernel runs its scratch path with the fast requantization over the whole int8 range,
+    with a narrower activation range, and with the general requantization."""
+    seen = _fast_paths(lib)
+    for kernel in ("kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8", "kiln_conv2d_add_s8"):
+        for facts in (KILN_RQ_FAST | KILN_RQ_FULL, KILN_RQ_FAST, KILN_RQ_FULL):
+            assert (kernel, facts, True) in seen, (kernel, facts)
+
+
+def _run_with_scratch(lib, lowered, feeds, size: int) -> tuple[dict, bool]:
+    """Run a one-call lowered graph giving its kernel `size` bytes of scratch; returns outputs and whether it wrote them."""
+    node = lowered.nodes[0]
+    names = list(node.attrs["param_names"])
+    params = list(node.attrs["params"])
+    params[names.index("scratch_bytes")] = size
+    g = lowered.copy()
+    g.nodes = [node.copy(attrs={**node.attrs, "params": params, "scratch_bytes": size})]
+    used: list[bool] = []
+    return run_lowered(lib, g, feeds, 0, used), used[0]
+
+
+def _depthwise_min_scratch(p: dict[str, int]) -> int:
+    """kiln_depthwise_conv2d_s8's scratch with a strip of one window's rows (runtime/kiln_kernels.h)."""
+    cols = (p["out_w"] - 1) * p["stride_w"] + (p["k_w"] - 1) * p["dil_w"] + 1
+    return 4 * (2 * p["k_h"] * p["k_w"] + 24) + 3 + 8 * cols * ((p["k_h"] - 1) * p["dil_h"] + 1)
+
+
+@pytest.mark.parametrize("op", ["conv2d", "depthwise_conv2d", "residual"])
+def test_kernels_take_scratch_exactly_as_stated(lib, op):
+    """The header's scratch sizes are the kernels': one byte less and the kernel takes its path without
+    scratch (and still matches the reference); the stated size (for depthwise, the shortest strip) and it
+    takes the scratch path."""
+    for seed in range(6):
+        graph, feeds = BLOCK_CASES[op](np.random.default_rng([seed, 48]))
+        lowered = lower(graph, CONFIG)
+        node = next(n for n in lowered.nodes if n.attrs.get("scratch_bytes"))
+        lowered.nodes = [node]
+        lowered.outputs = list(node.outputs)
+        lowered.inputs = [i for i in node.inputs if not lowered.tensors[i].is_constant]
+        params = dict(zip(node.attrs["param_names"], node.attrs["params"]))
+        size = _depthwise_min_scratch(params) if op == "depthwise_conv2d" else params["scratch_bytes"]
+        inputs = {**feeds, **run(graph, feeds, table=INT8_IMPLS)}
+        want = inputs[node.outputs[0]] if node.outputs[0] in graph.outputs else None
+        got_fast, wrote = _run_with_scratch(lib, lowered, inputs, size)
+        got_slow, wrote_short = _run_with_scratch(lib, lowered, inputs, size - 1)
+        assert wrote and not wrote_short
+        out = node.outputs[0]
+        assert np.array_equal(got_fast[out], got_slow[out])
+        if want is not None:
+            assert np.array_equal(got_fast[out], want)
 
 
 @pytest.mark.parametrize("op", sorted(set(GENERATORS) | set(FLOAT_ONLY)))
@@ -489,7 +638,7 @@ def test_kernels_clean_under_address_sanitizer(tmp_path):
     libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True).stdout.strip()
     env = {**os.environ, "KILN_STUB_SANITIZE": "address,undefined", "KILN_KERNEL_CASES": "4",
            "LD_PRELOAD": libasan, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k", "match_reference or boundaries"],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k", "match_reference or boundaries or scratch"],
                           env=env, capture_output=True, text=True, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 

@@ -80,12 +80,12 @@ def lower_conv2d(site: Site) -> list[Node]:
     inputs, quant, facts = _int8_constants(site, 0, (1, 2, 3))
     pointwise = geo["k_h"] == geo["k_w"] == 1 and geo["stride_h"] == geo["stride_w"] == 1 and not any(site.attr("pads", [0] * 4))
     scratch = gemm_scratch(geo["k_h"] * geo["k_w"] * geo["in_c"], geo["out_c"], site.scratch_limit)
+    if "residual" in site.node.attrs:
+        return [_conv_add(site, inputs, geo, quant, facts)]
     if pointwise:
         pixels = geo["n"] * geo["in_h"] * geo["in_w"]
         return [site.call("kiln_conv2d_1x1_s8", inputs, pixels=pixels, in_c=geo["in_c"], out_c=geo["out_c"], **quant,
                           requant=facts, scratch_bytes=scratch)]
-    if "residual" in site.node.attrs:
-        return [_conv_add(site, inputs, geo, quant, facts)]
     return [site.call("kiln_conv2d_s8", inputs, **geo, input_zp=qparams(site.input(0), "input")[1], **quant, requant=facts,
                       scratch_bytes=scratch)]
 
