@@ -304,9 +304,9 @@ static void kiln_conv_lanes(const kiln_conv2d_s8_params_t *p, const int8_t *x, i
     }
 }
 
-/* The add or sub a fused conv's output feeds (kiln_conv2d_add_s8), run over this many pixels' conv outputs
- * at a time (a multiple of the 4 of a block). */
-#define KILN_RESIDUAL_PIXELS 16
+/* The add or sub a fused conv's output feeds (kiln_conv2d_add_s8), run over the conv outputs of this many
+ * pixels at a time (a multiple of the 4 of a block; more when they have few channels). */
+#define KILN_RESIDUAL_PIXELS(out_c) ((out_c) < 16 ? 64 : 16)
 
 typedef struct {
     const int8_t *r;
@@ -321,6 +321,7 @@ static void kiln_conv_gemm(const kiln_conv2d_s8_params_t *p, const int8_t *x, co
 {
     const int32_t k = p->k_h * p->k_w * p->in_c, total = p->n * p->out_h * p->out_w, out_c = p->out_c;
     const int32_t twice = (p->requant & KILN_RQ_FAST) != 0, words = KILN_GEMM_BLOCK_WORDS(k);
+    const int32_t group = KILN_RESIDUAL_PIXELS(out_c);
     uint32_t *cols = s + KILN_GEMM_TABLE_WORDS(out_c);
     int8_t *row = (int8_t *)(cols + words), *block = (int8_t *)(s + KILN_GEMM_SCRATCH_WORDS(k, out_c));
     kiln_gemm_t g;
@@ -359,9 +360,9 @@ static void kiln_conv_gemm(const kiln_conv2d_s8_params_t *p, const int8_t *x, co
             kiln_gemm_block(&g, cols, y + q * out_c, pixels);
             continue;
         }
-        kiln_gemm_block(&g, cols, block + q % KILN_RESIDUAL_PIXELS * out_c, pixels);
-        if ((q + 4) % KILN_RESIDUAL_PIXELS == 0 || q + 4 >= total) { /* the add over the blocks gathered */
-            const int32_t first = q - q % KILN_RESIDUAL_PIXELS;
+        kiln_gemm_block(&g, cols, block + q % group * out_c, pixels);
+        if ((q + 4) % group == 0 || q + 4 >= total) { /* the add over the blocks gathered */
+            const int32_t first = q - q % group;
             kiln_add_table_span(block, res->r + first * out_c, res->table, y + first * out_c, (q + pixels - first) * out_c,
                                 res->mult, res->round, res->shift, res->lo, res->hi);
         }
@@ -429,7 +430,8 @@ void kiln_conv2d_add_s8(const kiln_conv2d_add_s8_params_t *p, const int8_t *x, c
     res.shift = p->add_shift;
     res.lo = p->add_min;
     res.hi = p->add_max;
-    if (scratch != NULL && p->scratch_bytes >= 4 * (KILN_GEMM_SCRATCH_WORDS(k, p->out_c) + 4 * p->out_c) + 3) {
+    const int32_t need = 4 * KILN_GEMM_SCRATCH_WORDS(k, p->out_c) + KILN_RESIDUAL_PIXELS(p->out_c) * p->out_c + 3;
+    if (scratch != NULL && p->scratch_bytes >= need) {
         kiln_conv_gemm(&c, x, w, bias, mult, shift, y, (uint32_t *)(((uintptr_t)scratch + 3u) & ~(uintptr_t)3u), &res);
         return;
     }

@@ -69,7 +69,8 @@ void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int
  * int8 result v (its own out_zp, act_min, act_max) meets the other operand r as in kiln_add_table_s8,
  * v's terms at table[v + 128] and r's at table[384 + r]; the add's requantization and activation range
  * are the add_* fields. y may be r (each r element is read before its y element is written). Its fast
- * path needs the conv's scratch plus 16 * out_c bytes (the conv outputs of 16 pixels). */
+ * path needs the conv's scratch plus the conv outputs of 16 pixels (64 below 16 channels): 16 * out_c bytes
+ * (64 * out_c). */
 typedef struct {
     int32_t n, in_h, in_w, in_c, out_h, out_w, out_c;
     int32_t k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;

@@ -57,8 +57,8 @@ def gemm_scratch(k: int, out_c: int, limit: int) -> int:
 
 
 def conv_add_scratch(k: int, out_c: int, limit: int) -> int:
-    """kiln_conv2d_add_s8's scratch: the conv's and the int8 conv outputs of 16 pixels."""
-    return _within(gemm_scratch(k, out_c, 2**62) + 16 * out_c, limit)
+    """kiln_conv2d_add_s8's scratch: the conv's and the int8 conv outputs of 16 pixels (64 below 16 channels)."""
+    return _within(gemm_scratch(k, out_c, 2**62) + (16 if out_c >= 16 else 64) * out_c, limit)
 
 
 def _within(size: int, limit: int) -> int:
