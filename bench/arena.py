@@ -21,13 +21,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from toolchain import config as model_config
-from toolchain.codegen import generate
-from toolchain.errors import KilnError
-from toolchain.host import RUNTIME, STRICT_FLAGS
-from toolchain.ir import load
-from toolchain.plan import plan
-from toolchain.stages import STAGES, run_stage
+from kiln import config as model_config
+from kiln.codegen import generate
+from kiln.errors import KilnError
+from kiln.host import RUNTIME, STRICT_FLAGS
+from kiln.ir import load
+from kiln.plan import plan
+from kiln.stages import STAGES, run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 CROSS = (["arm-none-eabi-gcc", "-Os", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"], "arm-none-eabi-size")

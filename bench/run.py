@@ -1,13 +1,13 @@
 """The benchmark table: for every model in models/, size, memory, compile time, Cortex-M4 speed and int8 accuracy.
 
 Each model is compiled into a work folder (a temporary one unless `--work`),
-every stage run as the build runs it — its own `python -m toolchain stage`
+every stage run as the build runs it — its own `python -m kiln stage`
 process — and timed by wall clock; with `--repeat N` each stage runs N times
 in a row (it rewrites the same bytes) and the median counts. Then:
 
 - parameters: the elements of the conv, depthwise and fully-connected
   weights and biases as compiled (batch norm folded in); MACs from
-  `toolchain.target.macs`;
+  `kiln.target.macs`;
 - weight, code, arena and lower-bound bytes from `bench/arena.py` (the
   planned graph and the generated sources);
 - Cortex-M4 instructions per inference (median over the seeded samples
@@ -47,21 +47,21 @@ import numpy as np
 
 import arena
 import cortex_m as m4_bench
-from toolchain import config as model_config, host
-from toolchain.check import seeded_inputs
-from toolchain.codegen.names import c_identifier
-from toolchain.errors import KilnError
-from toolchain.ir import load
-from toolchain.ir.graph import Graph
-from toolchain.plan import plan
-from toolchain.quantize.kept import load_samples, report_inputs
-from toolchain.quantize.report import report
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
-from toolchain.runio import quantize_inputs
-from toolchain.stages import STAGES
-from toolchain.target.cortex_m import build_firmware, firmware_model
-from toolchain.target.macs import graph_macs
+from kiln import config as model_config, host
+from kiln.check import seeded_inputs
+from kiln.codegen.names import c_identifier
+from kiln.errors import KilnError
+from kiln.ir import load
+from kiln.ir.graph import Graph
+from kiln.plan import plan
+from kiln.quantize.kept import load_samples, report_inputs
+from kiln.quantize.report import report
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
+from kiln.runio import quantize_inputs
+from kiln.stages import STAGES
+from kiln.target.cortex_m import build_firmware, firmware_model
+from kiln.target.macs import graph_macs
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -75,7 +75,7 @@ def time_stages(model: str, build: Path, repeat: int) -> dict[str, float]:
     """Median wall-clock seconds of each stage, each run `repeat` times as its own `kiln stage` process."""
     seconds = {}
     for st in STAGES:
-        cmd = [sys.executable, "-m", "toolchain", "stage", st.name, "--model-dir", str(MODELS / model), "--build-dir", str(build)]
+        cmd = [sys.executable, "-m", "kiln", "stage", st.name, "--model-dir", str(MODELS / model), "--build-dir", str(build)]
         runs = []
         for _ in range(repeat):
             start = time.perf_counter()

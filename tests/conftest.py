@@ -62,6 +62,6 @@ def compiled(tmp_path_factory):
 @pytest.fixture(scope="session")
 def calibration(compiled):
     """calibration(model) -> the calibration samples the model's build keeps, per input."""
-    from toolchain.quantize.kept import load_samples
+    from kiln.quantize.kept import load_samples
 
     return lambda model: load_samples(compiled(model)).inputs

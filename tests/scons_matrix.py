@@ -30,7 +30,7 @@ from onnx import numpy_helper
 
 from conftest import ROOT, copy_repo
 from onnx_models import small_cnn
-from toolchain.stages import COMMON_MODULES, STAGES, config_schema
+from kiln.stages import COMMON_MODULES, STAGES, config_schema
 
 # The snapshot's models: tiny_cnn (model.py, the PyTorch route) and onnx_cnn (an ONNX file with free
 # spatial dimensions bound in model.toml and calibration files): two frontends, and most rows stay
@@ -371,7 +371,7 @@ def _probe_function(path: Path) -> None:
 
 
 def _bump_version(repo: Path) -> None:
-    path = repo / "toolchain/__init__.py"
+    path = repo / "kiln/__init__.py"
     text, count = re.subn(r'(__version__ = ")([^"]*)(")', r"\g<1>\g<2>+matrix\g<3>", path.read_text())
     if count != 1:
         raise AssertionError(f"{path}: no __version__ to edit")
@@ -418,7 +418,7 @@ def fixed_rows() -> list[Row]:
             | compiled(b, {f"{HOST}/tiny_cnn/tiny_cnn.o", f"{HOST}/tiny_cnn/tiny_cnn_models.o", f"{HOST}/firmware_models.o"}, changed=True)
             | manifests(["tiny_cnn"])),
         Row("template", "a jinja2 template: one more exported constant in `model.c.j2`",
-            lambda repo: append(repo / "toolchain/codegen/templates/model.c.j2", "\nconst int {{ prefix }}_matrix_probe = 1;\n"),
+            lambda repo: append(repo / "kiln/codegen/templates/model.c.j2", "\nconst int {{ prefix }}_matrix_probe = 1;\n"),
             lambda b: stages(["codegen"], b.models) | compiled(b, {f"{HOST}/{m}/{m}.o" for m in b.models}, changed=True)
             | manifests(b.models)),
         Row("stub.c:comment", "a comment in a kernel stub `.c`", lambda repo: append(_first_stub(repo), "/* a comment */\n"),
@@ -435,7 +435,7 @@ def fixed_rows() -> list[Row]:
             lambda b: compiled(b, b.includers(b.repo / "runtime/kiln_kernels.h"), changed=False)),
         Row("cflags", "compiler flags: `-O2` to `-O1` in `SConstruct`",
             lambda repo: replace_once(repo / "SConstruct", '"-O2"', '"-O1"'), _all_c),
-        Row("version", "the toolchain version (`toolchain/__init__.py`)", _bump_version,
+        Row("version", "the toolchain version (`kiln/__init__.py`)", _bump_version,
             lambda b: from_stage(STAGE_NAMES[0], b.models)),
         Row("model:rename", "renaming a model folder (onnx_cnn to renamed_cnn)",
             lambda repo: (repo / "models" / ONNX_MODEL).rename(repo / "models/renamed_cnn"), lambda b: new_model(b, "renamed_cnn")),

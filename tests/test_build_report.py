@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import scons
-from toolchain.ir import load
-from toolchain.report import render
-from toolchain.report.data import Layer, ModelReport, SizeRow, Step, timeline
+from kiln.ir import load
+from kiln.report import render
+from kiln.report.data import Layer, ModelReport, SizeRow, Step, timeline
 
 MODELS = ("tiny_cnn", "tiny_resnet")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

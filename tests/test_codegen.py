@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 
 from model_builds import FLOAT_CAPABLE, MODELS, ModelBuilds, shared_root
-from toolchain import host
-from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.codegen import generate
-from toolchain.errors import KilnError
-from toolchain.ir import Graph, load
-from toolchain.plan import plan
-from toolchain.quantize.kept import load_samples
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
-from toolchain.runio import quantize_inputs
+from kiln import host
+from kiln.check import reference_outputs, seeded_inputs
+from kiln.codegen import generate
+from kiln.errors import KilnError
+from kiln.ir import Graph, load
+from kiln.plan import plan
+from kiln.quantize.kept import load_samples
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
+from kiln.runio import quantize_inputs
 
 PROBE = Path(__file__).parent / "c" / "invoke_probe.c"
 VARIANTS = {"lz4": ({}, {"lz4": True}), "io_in_arena": ({"io_in_arena": True}, {})}
@@ -287,7 +287,7 @@ def test_model_with_an_empty_arena_compiles_and_runs(tmp_path, objects):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from toolchain.cli import main as kiln
+    from kiln.cli import main as kiln
 
     rng = np.random.default_rng(3)
     w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")

@@ -1,8 +1,8 @@
 """model.toml validation: every key known, typed, and errors that name the file, key and closest key."""
 import pytest
 
-from toolchain import config
-from toolchain.errors import KilnError
+from kiln import config
+from kiln.errors import KilnError
 
 
 def write(tmp_path, text):

@@ -16,17 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolchain import host
-from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.cli import resolve_source
-from toolchain.errors import KilnError
-from toolchain.ir import load
-from toolchain.ir.graph import Graph, Node, Tensor
-from toolchain.quantize.kept import load_samples
-from toolchain.runio import quantize_inputs
-from toolchain.stages import STAGES, run_stage
-from toolchain.target import cortex_m, qemu, size
-from toolchain.target.macs import graph_macs, node_macs
+from kiln import host
+from kiln.check import reference_outputs, seeded_inputs
+from kiln.cli import resolve_source
+from kiln.errors import KilnError
+from kiln.ir import load
+from kiln.ir.graph import Graph, Node, Tensor
+from kiln.quantize.kept import load_samples
+from kiln.runio import quantize_inputs
+from kiln.stages import STAGES, run_stage
+from kiln.target import cortex_m, qemu, size
+from kiln.target.macs import graph_macs, node_macs
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))

@@ -15,15 +15,15 @@ import pytest
 
 from kernel_harness import act, q, random_int8, single_node
 from test_kernels import BLOCK_CASES, _calibrate
-from toolchain.codegen import generate
-from toolchain.config import validate
-from toolchain.host import model_prefix
-from toolchain.ir.graph import Graph, QuantParams, Tensor
-from toolchain.lower import lower
-from toolchain.plan import plan
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
-from toolchain.target import cortex_m, qemu
+from kiln.codegen import generate
+from kiln.config import validate
+from kiln.host import model_prefix
+from kiln.ir.graph import Graph, QuantParams, Tensor
+from kiln.lower import lower
+from kiln.plan import plan
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
+from kiln.target import cortex_m, qemu
 
 CASES_PER_FAMILY = 12
 DEFAULTS = validate({}, "kernel test")

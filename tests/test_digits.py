@@ -15,14 +15,14 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from toolchain.frontends import import_model
-from toolchain.ir.graph import Graph
-from toolchain.ir.verify import verify
-from toolchain.passes import normalize
-from toolchain.passes.config import CONFIG as NORMALIZE_CONFIG
-from toolchain.quantize import quantize
-from toolchain.quantize.config import CONFIG as QUANT_CONFIG
-from toolchain.quantize.report import report, run_quantized
+from kiln.frontends import import_model
+from kiln.ir.graph import Graph
+from kiln.ir.verify import verify
+from kiln.normalize import normalize
+from kiln.normalize.config import CONFIG as NORMALIZE_CONFIG
+from kiln.quantize import quantize
+from kiln.quantize.config import CONFIG as QUANT_CONFIG
+from kiln.quantize.report import report, run_quantized
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "digits_cnn"
 

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from conftest import ROOT
-from toolchain import host
-from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.cli import main as kiln
-from toolchain.ir import load
-from toolchain.ir.verify import verify
-from toolchain.runio import dequantize_outputs, quantize_inputs
+from kiln import host
+from kiln.check import reference_outputs, seeded_inputs
+from kiln.cli import main as kiln
+from kiln.ir import load
+from kiln.ir.verify import verify
+from kiln.runio import dequantize_outputs, quantize_inputs
 
 MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
 SKELETON_MODELS = ["digits_cnn", "tiny_cnn", "tiny_resnet"]

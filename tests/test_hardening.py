@@ -20,18 +20,18 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnx_models import make_model
-from toolchain import config as model_config
-from toolchain.codegen import generate
-from toolchain.errors import KilnError
-from toolchain.ir import Graph, Node, QuantParams, Tensor, load
-from toolchain.plan import plan
-from toolchain.quantize.scheme import quantize_array
+from kiln import config as model_config
+from kiln.codegen import generate
+from kiln.errors import KilnError
+from kiln.ir import Graph, Node, QuantParams, Tensor, load
+from kiln.plan import plan
+from kiln.quantize.scheme import quantize_array
 
 PLAN = {"alignment": 16, "budget": 0, "io_in_arena": False, "reorder": True, "in_place": True}
 
 
 def kiln(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolchain", *args], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "kiln", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -207,8 +207,8 @@ def _duplicate_first(data: bytes, suffix: str, content: bytes) -> bytes:
 def test_pt2_with_a_duplicate_member_is_refused_before_torch_reads_it(tmp_path, monkeypatch):
     import torch
 
-    from toolchain.frontends import import_model
-    from toolchain.frontends.torch_pt2 import check_archive
+    from kiln.frontends import import_model
+    from kiln.frontends.torch_pt2 import check_archive
 
     module = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU()).eval()
     buf = io.BytesIO()

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolchain import host
-from toolchain.check import reference_outputs
-from toolchain.codegen import generate
-from toolchain.ir import Graph, Node, QuantParams, Tensor
-from toolchain.lower import lower
-from toolchain.plan import plan
-from toolchain.plan.inplace import IN_PLACE
+from kiln import host
+from kiln.check import reference_outputs
+from kiln.codegen import generate
+from kiln.ir import Graph, Node, QuantParams, Tensor
+from kiln.lower import lower
+from kiln.plan import plan
+from kiln.plan.inplace import IN_PLACE
 
 UNARY = {"sigmoid": {}, "tanh": {}, "hardswish": {}, "hardsigmoid": {"alpha": 0.2, "beta": 0.5}, "silu": {},
          "gelu": {"approximate": "none"}, "leaky_relu": {"alpha": 0.07}, "clamp": {"act_min": -0.5, "act_max": 0.75}}

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from model_builds import MODELS, ROOT, ModelBuilds, shared_root
-from toolchain.errors import KilnError
-from toolchain.ir import Graph, Node, QuantParams, Tensor, dumps, load
-from toolchain.plan import plan
-from toolchain.plan.buffers import Buffer
-from toolchain.plan.inplace import IN_PLACE
-from toolchain.plan.offsets import _decode, place
-from toolchain.plan.schedule import candidate_orders
-from toolchain.stages import run_stage
+from kiln.errors import KilnError
+from kiln.ir import Graph, Node, QuantParams, Tensor, dumps, load
+from kiln.plan import plan
+from kiln.plan.buffers import Buffer
+from kiln.plan.inplace import IN_PLACE
+from kiln.plan.offsets import _decode, place
+from kiln.plan.schedule import candidate_orders
+from kiln.stages import run_stage
 
 CONFIG = {"alignment": 16, "budget": 0, "io_in_arena": False, "reorder": True, "in_place": True}
 GIVEN_ORDER = dict(CONFIG, reorder=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scons_matrix import ONNX_MODEL, TORCH_MODEL, add_onnx_model, fresh_clone, set_key, shared_snapshot
-from toolchain.check import check_all
+from kiln.check import check_all
 
 # Each would run `touch` (or expand $HOME) if a folder name reached `sh -c` unquoted; '#' starts a
 # top-relative path in SCons, a leading '-' an option.

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 from scons_matrix import (ONNX_MODEL, TORCH_MODEL, Build, Row, all_rows, clone_snapshot, markdown_table, own_file, run_scons,
                           shared_snapshot)
-from toolchain.stages import STAGES
+from kiln.stages import STAGES
 
 ROWS = all_rows()
 
@@ -48,7 +48,7 @@ RECORDER = """
 import runpy, sys
 sys.argv = ["kiln", *sys.argv[1:]]
 try:
-    runpy.run_module("toolchain", run_name="__main__", alter_sys=True)
+    runpy.run_module("kiln", run_name="__main__", alter_sys=True)
 except SystemExit as exc:
     if exc.code:
         raise
@@ -63,7 +63,7 @@ def imported_files(repo: Path, stage: str, model: str) -> set[Path]:
     proc = subprocess.run([sys.executable, "-c", RECORDER, "stage", stage, "--model-dir", f"models/{model}",
                            "--build-dir", f"build/host/{model}"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    package = (repo / "toolchain").resolve()
+    package = (repo / "kiln").resolve()
     return {Path(f).resolve() for f in proc.stdout.splitlines() if Path(f).resolve().is_relative_to(package)}
 
 

@@ -19,12 +19,12 @@ from conftest import ROOT
 from onnx_models import small_cnn
 from scons_matrix import (ONNX_MODEL, TORCH_MODEL, Build, append, build_files, clone_snapshot, comment_line, fresh_clone,
                           own_file, run_scons, set_key, shared_snapshot, stages)
-from toolchain import config
-from toolchain.check import reference_outputs
-from toolchain.cli import main as kiln
-from toolchain.errors import KilnError
-from toolchain.ir import load
-from toolchain.stages import STAGES, config_schema
+from kiln import config
+from kiln.check import reference_outputs
+from kiln.cli import main as kiln
+from kiln.errors import KilnError
+from kiln.ir import load
+from kiln.stages import STAGES, config_schema
 
 MODELS = (ONNX_MODEL, TORCH_MODEL)
 
@@ -110,7 +110,7 @@ def stage_process(group: int, stage: str) -> str | None:
             argv = (entry / "cmdline").read_bytes().decode().split("\0")
         except (OSError, ProcessLookupError):
             continue
-        if argv[1:5] == ["-m", "toolchain", "stage", stage]:
+        if argv[1:5] == ["-m", "kiln", "stage", stage]:
             return Path(argv[argv.index("--build-dir") + 1]).name
     return None
 

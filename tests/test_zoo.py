@@ -30,14 +30,14 @@ from onnx.reference import ReferenceEvaluator
 
 from conftest import ROOT
 from qdq_oracle import DIFFERING, STEPS, layerwise
-from toolchain import config as model_config
-from toolchain.check import reference_outputs
-from toolchain.cli import main as kiln
-from toolchain.frontends import import_model
-from toolchain.ir import load
-from toolchain.ir.graph import Graph
-from toolchain.reference.executor import run
-from toolchain.runio import dequantize_outputs, quantize_inputs
+from kiln import config as model_config
+from kiln.check import reference_outputs
+from kiln.cli import main as kiln
+from kiln.frontends import import_model
+from kiln.ir import load
+from kiln.ir.graph import Graph
+from kiln.reference.executor import run
+from kiln.runio import dequantize_outputs, quantize_inputs
 
 MODELS = ROOT / "models"
 TEST_SEED = 3  # the model.py files use seeds 0-2 for weights, statistics and calibration

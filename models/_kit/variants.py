@@ -103,10 +103,10 @@ def export_tflite(base: str, out: Path) -> None:
 
     Kiln's stages and its exporter are deterministic, so the bytes depend only on the pinned packages.
     """
-    from toolchain import config
-    from toolchain.export.tflite import to_tflite
-    from toolchain.ir import load
-    from toolchain.stages import run_stage
+    from kiln import config
+    from kiln.export.tflite import to_tflite
+    from kiln.ir import load
+    from kiln.stages import run_stage
 
     cfg = config.load(MODELS / base / "model.toml")
     cfg["normalize"]["input_layout"] = "NHWC"

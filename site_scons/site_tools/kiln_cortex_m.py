@@ -4,7 +4,7 @@ Apply it to a clone of the Kiln environment (`env.Clone(tools=["kiln_cortex_m"])
 `env.KilnModel` then compiles each generated model with the cross compiler,
 and `env.KilnFirmware(target, models, build_root)` links models into
 `target.elf` (plus `target.map`) with the runtime, the kernel stubs and the
-MPS2-AN386 platform files. The flags live in `toolchain.target.cortex_m`,
+MPS2-AN386 platform files. The flags live in `kiln.target.cortex_m`,
 shared with direct (non-SCons) builds.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import SCons.Action
 import SCons.Subst
 
-from kiln import check_prefixes, target_file
-from toolchain.ir import load
-from toolchain.target import cortex_m
+from kiln_scons import check_prefixes, target_file
+from kiln.ir import load
+from kiln.target import cortex_m
 
 _PLATFORM_OBJECTS: dict[str, list] = {}
 

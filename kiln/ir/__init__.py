@@ -1,0 +1,5 @@
+"""The Kiln IR: graph, tensors, nodes, operator definitions, verifier and `.kir` files."""
+from kiln.ir.graph import DTYPES, Graph, Node, QuantParams, Tensor, dtype_name
+from kiln.ir.serialize import dumps, load, loads, save
+
+__all__ = ["DTYPES", "Graph", "Node", "QuantParams", "Tensor", "dtype_name", "dumps", "load", "loads", "save"]
