@@ -49,7 +49,7 @@ import arena
 import cortex_m as m4_bench
 from kiln import config as model_config, host
 from kiln.check import seeded_inputs
-from kiln.codegen.names import c_identifier
+from kiln.names import c_identifier
 from kiln.errors import KilnError
 from kiln.ir import load
 from kiln.ir.graph import Graph

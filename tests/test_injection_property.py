@@ -22,7 +22,7 @@ from scons_matrix import add_onnx_model, fresh_clone, shared_snapshot
 from kiln import config as model_config
 from kiln.check import check_all
 from kiln.codegen import generate
-from kiln.codegen.names import c_identifier
+from kiln.names import c_identifier
 from kiln.errors import KilnError
 from kiln.ir import load
 from kiln.stages import config_schema, run_stage

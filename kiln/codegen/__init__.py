@@ -8,7 +8,7 @@ Constants the plan marked `lz4_bytes` are emitted as LZ4 blocks and
 decompressed (`runtime/kiln_lz4.c`) into the node's `lz4_scratch` offsets
 just before the call; inputs and outputs the plan put in the arena are
 copied in at the start of invoke and out at the end. Names from the model
-reach C only through `kiln.codegen.names`.
+reach C only through `kiln.names`.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import numpy as np
 
 from kiln.codegen.config import identifier_problem, section_problem
 from kiln.config import check_model_name
-from kiln.codegen.names import c_identifier, c_text
+from kiln.names import c_identifier, c_text
 from kiln.errors import KilnError
 from kiln.ir.graph import Graph, Tensor
 from kiln.lz4 import compress

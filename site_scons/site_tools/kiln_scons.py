@@ -49,7 +49,7 @@ if str(KILN_ROOT) not in sys.path:
 
 from kiln import config as model_config  # noqa: E402
 from kiln.buildcache import HMAC_KEY_ENV, Entry, entry_bytes, parse_entry, read_regular  # noqa: E402
-from kiln.codegen.names import c_identifier  # noqa: E402
+from kiln.names import c_identifier  # noqa: E402
 from kiln.errors import KilnError  # noqa: E402
 from kiln.frontends.config import depends_files  # noqa: E402
 from kiln.host import RUNTIME, STUBS, model_table  # noqa: E402
