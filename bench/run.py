@@ -60,7 +60,8 @@ from kiln.reference.executor import run
 from kiln.reference.int8 import INT8_IMPLS
 from kiln.runio import quantize_inputs
 from kiln.stages import STAGES
-from kiln.target.cortex_m import build_firmware, firmware_model
+from kiln.model_table import firmware_model
+from kiln.target.cortex_m import build_firmware
 from kiln.target.macs import graph_macs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,7 +186,7 @@ def tflite_columns(model: str, build: Path, source: str) -> dict[str, Any]:
         return {}
     path = MODELS / model / source
     cfg = model_config.load(MODELS / model / "model.toml")
-    with_io = plan(load(build / "lowered.kir"), dict(cfg["plan"], io_in_arena=True), lz4=cfg["codegen"]["lz4"])
+    with_io = plan(load(build / "lowered.kir"), dict(cfg["plan"], io_in_arena=True))
     tflm = tflm_memory(path, len(quantized.inputs))
     return {"tflm_arena_used_bytes": tflm["total"], "tflm_tensor_bytes": tflm["head"], "kiln_arena_io_bytes": int(with_io.meta["arena_size"]),
             "tflm_exact": tflm_exact(build, path)}
@@ -193,8 +194,7 @@ def tflite_columns(model: str, build: Path, source: str) -> dict[str, Any]:
 
 def cortex_m4(model: str, build: Path, prefix: str) -> dict[str, Any]:
     """Instructions per inference and per MAC of the model's firmware image under QEMU."""
-    planned = load(build / "planned.kir")
-    build_firmware([build / f"{model}.c"], [firmware_model(prefix, planned)], build / f"{model}.elf")
+    build_firmware([build / f"{model}.c"], [firmware_model(prefix, (build / f"{model}.h").read_text())], build / f"{model}.elf")
     row = m4_bench.bench_model(build, layers=False)
     if row["bit_exact"] != row["samples"]:
         raise KilnError(f"{model}: Cortex-M4 outputs differ from the integer reference on "

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kiln import __version__, config as model_config
-from kiln.errors import KilnError
-from kiln.stages import STAGES, run_stage
+from kiln.errors import KilnError, missing_package
+from kiln.stages import STAGES
+
+
+# What every model source needs (torch and tflite_micro are extras, needed only by their frontends).
+CORE_PACKAGES = ("numpy", "onnx", "flatbuffers", "lz4", "jinja2")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args) or 0
     except KilnError as exc:
         print(f"kiln: error: {exc}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as exc:
+        print(f"kiln: error: {missing_package(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -35,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"kiln {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("stage", help="run one stage on a model's build folder (what SCons runs)")
+    s = sub.add_parser("stage", help="run one stage on a model's build folder (what SCons runs, as python -m kiln.runner)")
     s.add_argument("name", choices=[st.name for st in STAGES])
     s.add_argument("--model-dir", type=Path, required=True, help="the model folder holding model.toml")
     s.add_argument("--build-dir", type=Path, required=True, help="the model's build folder")
@@ -82,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--samples", type=int, default=8, help="how many of the calibration samples each build keeps to compare on")
     b.set_defaults(func=_cmd_build_report)
 
+    t = sub.add_parser("scons-tools", help="print the folder of Kiln's SCons tools (for toolpath=[...]); fails when this "
+                       "Python lacks a package Kiln needs")
+    t.set_defaults(func=_cmd_scons_tools)
+
     n = sub.add_parser("new", help="start a model folder: the source copied in and a commented model.toml")
     n.add_argument("name", help="the model's name (its folder under models/, its C symbol prefix)")
     n.add_argument("--from", dest="source", type=Path, required=True, help="a model.py, .onnx, .pt2 or .tflite file")
@@ -92,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
 
 # -- commands --------------------------------------------------------------
 def _cmd_stage(args: argparse.Namespace) -> int:
+    from kiln.runner import run_stage
+
     model_dir = args.model_dir
     cfg = model_config.load(model_dir / "model.toml")
     run_stage(args.name, args.build_dir.name, model_dir, cfg, args.build_dir)
@@ -117,6 +128,8 @@ def resolve_source(source: Path, config_path: Path | None) -> tuple[str, Path, d
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
+    from kiln.runner import run_stage
+
     name, model_dir, cfg = resolve_source(args.source, args.config)
     if args.calibration:
         cfg["quant"]["calibration"] = [str(p.resolve()) for p in args.calibration]
@@ -140,7 +153,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from kiln.export.tflite import NotExportable, to_tflite
     from kiln.ir import load
-    from kiln.ir.serialize import write_atomic
+    from kiln.atomic import write_atomic
 
     if args.output.suffix.lower() != ".tflite":
         raise KilnError(f"{args.output}: kiln export writes .tflite files")
@@ -175,7 +188,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from kiln.ir import load
-    from kiln.ir.serialize import write_atomic
+    from kiln.atomic import write_atomic
     from kiln.quantize.report import format_report, report, to_json
     from kiln.quantize.kept import load_samples, report_inputs
 
@@ -191,7 +204,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_report(args: argparse.Namespace) -> int:
-    from kiln.ir.serialize import write_atomic
+    from kiln.atomic import write_atomic
     from kiln.report import build_report
 
     if args.samples < 1:
@@ -205,6 +218,18 @@ def _cmd_new(args: argparse.Namespace) -> int:
 
     folder = new_model(args.name, args.source, args.models_dir)
     print(f"kiln: created {folder} (edit its model.toml, then `scons {args.name}`)", file=sys.stderr)
+    return 0
+
+
+def _cmd_scons_tools(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from kiln import paths
+
+    for name in CORE_PACKAGES:
+        if importlib.util.find_spec(name) is None:
+            raise KilnError(missing_package(ModuleNotFoundError(name=name)))
+    print(paths.scons_tools())
     return 0
 
 

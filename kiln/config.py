@@ -1,20 +1,26 @@
 """model.toml: the schema every key is checked against, and the per-stage views of it.
 
 Each stage package declares the keys of its table as `Key`s (name, type,
-default, doc); this module gathers them, validates a model.toml against them
+default, doc) in its `config.py`; this module gathers them (the registry says
+which module declares which table), validates a model.toml against them
 (unknown keys name the closest known key) and gives each stage exactly the
-keys it reads, in a canonical text that the build signature includes.
+tables it reads, in a canonical text that the build signature includes.
+Standard library and relative imports only (see `kiln/stages.py`).
 """
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
-from kiln.errors import KilnError
+from .errors import KilnError
+from .stages import PACKAGE, TABLES
 
 
 @dataclass(frozen=True)
@@ -46,10 +52,31 @@ def one_of(*choices: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in choices else f"{v!r} is not one of {', '.join(map(repr, choices))}"
 
 
-def _schema() -> dict[str, dict[str, Key]]:
-    from kiln.stages import config_schema
+def config_schema() -> dict[str, dict[str, Key]]:
+    """Every model.toml table with its keys, in the registry's order."""
+    return {t: (_declaring_module(rel).CONFIG if rel else {}) for t, rel in TABLES.items()}
 
-    return config_schema()
+
+def _declaring_module(rel: str) -> ModuleType:
+    """A table's key declarations (e.g. `normalize/config.py`), loaded without running its stage package's `__init__`.
+
+    Importing `kiln.normalize.config` the usual way would import the whole
+    `kiln.normalize` package, so every stage process would run (and its
+    build signature would have to include) every other stage's code, and the
+    SCons process would need the compiler's dependencies.
+    """
+    name = f"{__package__}.{rel[:-3].replace('/', '.')}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, PACKAGE / rel)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def suggest(name: str, known: list[str]) -> str:
@@ -69,7 +96,7 @@ def load(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def validate(raw: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
-    schema = _schema()
+    schema = config_schema()
     out: dict[str, dict[str, Any]] = {}
     for table, value in raw.items():
         if table not in schema:
@@ -83,7 +110,8 @@ def validate(raw: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
             continue
         for name in given:
             if name not in keys:
-                known = [f"{table}.{k}" for k in keys] + [k for k in schema if k != table]
+                elsewhere = [f"{t}.{name}" for t, other in schema.items() if name in other]  # a key of another table
+                known = elsewhere or [f"{table}.{k}" for k in keys] + [k for k in schema if k != table]
                 raise KilnError(f"{where}: unknown key '{table}.{name}'{suggest(f'{table}.{name}', known)}")
         out[table] = {name: key.validate(given[name], f"{where}: {table}.{name}") if name in given else key.default for name, key in keys.items()}
     return out

@@ -18,20 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln import paths
+from kiln.atomic import write_atomic
 from kiln.errors import KilnError
-from kiln.ir import serialize
 from kiln.ir.graph import DTYPES, Graph
+from kiln.model_table import model_table
+from kiln.paths import STRICT_FLAGS, runtime_sources
 
-ROOT = Path(__file__).resolve().parent.parent
-RUNTIME = ROOT / "runtime"
-STUBS = ROOT / "firmware_stubs"
-STRICT_FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+RUNTIME = paths.runtime()
+STUBS = paths.stubs()
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
-
-
-def runtime_sources() -> list[Path]:
-    """The C files every host executable links: runtime (except the harness) and kernel stubs."""
-    return sorted(p for p in RUNTIME.glob("*.c") if p.name != "host_main.c") + sorted(STUBS.glob("*.c"))
 
 
 def model_prefix(header: Path) -> str:
@@ -40,14 +36,6 @@ def model_prefix(header: Path) -> str:
     if not match:
         raise KilnError(f"{header}: not a Kiln model header")
     return match.group(1)
-
-
-def model_table(prefixes: list[str]) -> str:
-    """The C source of the `kiln_models` table the harness looks models up in."""
-    decls = "".join(f"extern const kiln_model_t {p}_model;\n" for p in prefixes)
-    items = "".join(f"    &{p}_model,\n" for p in prefixes)
-    return (f'#include "kiln_runtime.h"\n\n{decls}\nconst kiln_model_t *const kiln_models[] = {{\n{items}}};\n'
-            f"const int kiln_model_count = {len(prefixes)};\n")
 
 
 def build_executable(model_sources: list[Path], prefixes: list[str], out: Path, sanitize: bool = False, cc: str | None = None,
@@ -66,7 +54,7 @@ def build_executable(model_sources: list[Path], prefixes: list[str], out: Path, 
     if shutil.which(cc) is None:
         raise KilnError(f"C compiler {cc!r} not found")
     table = out.with_name(out.name + "_models.c")
-    serialize.write_atomic(table, model_table(prefixes).encode())
+    write_atomic(table, model_table(prefixes).encode())
     cache = object_cache or out.with_name(out.name + ".objects")
     cache.mkdir(parents=True, exist_ok=True)
     units = [(s, [RUNTIME, s.parent]) for s in model_sources]
@@ -80,7 +68,7 @@ def build_executable(model_sources: list[Path], prefixes: list[str], out: Path, 
     partial = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     _run_cc([cc, *flags, *map(str, objects), "-o", str(partial), "-lm"], model_sources[0] if model_sources else out)
     os.replace(partial, out)  # concurrent builds of the same program each install a complete file
-    serialize.write_atomic(stamp, digest.encode())
+    write_atomic(stamp, digest.encode())
     return out
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from kiln.errors import KilnError
 from kiln.ir.graph import DTYPES, Graph
-from kiln.ir.serialize import write_atomic
+from kiln.atomic import write_atomic
 from kiln.quantize.scheme import dequantize_array, quantize_array
 from kiln.samples import accepted, stacked as as_stacked
 

@@ -13,9 +13,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from kiln.config import Key
+from kiln.config import Key, config_schema
 from kiln.errors import KilnError
-from kiln.stages import STAGES, config_schema
+from kiln.stages import STAGES
 
 SOURCE_NAMES = {".py": "model.py", ".onnx": "model.onnx", ".pt2": "model.pt2", ".tflite": "model.tflite"}
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")

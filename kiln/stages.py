@@ -1,45 +1,52 @@
-"""The stage registry: the one place that says what each stage is.
+"""The stage registry: the one place that says what each stage is, and all the build needs to know of it.
 
 For every stage: its name, the artifacts it reads and writes in the model's
-build folder, the model.toml tables it reads, the source modules it is built
-from, and the adapter that runs its pure function. The CLI (`kiln stage`,
-`kiln compile`) and the SCons tool both read this table, so a stage's build
-signature names exactly what affects its output.
+build folder, the model.toml tables it reads (each table is declared by the
+`config.py` of the stage that owns it), the source modules it is built from,
+the files of the model folder it reads, and the adapter (`kiln/runner.py`)
+that runs its pure function. The CLI (`kiln stage`, `kiln compile`), the
+stage runner and the SCons tool all read this table, so a stage's build
+signature names exactly what affects its output. The C symbol prefix rule
+and what a firmware's model table needs (`kiln/model_table.py`) are here too.
+
+This module, and every module it or the SCons tool imports from Kiln
+(`config`, `errors`, `names`, `paths`, `manifest`, `buildcache`, `atomic`,
+`model_table` and the stages' `config.py`), uses the standard library and
+relative imports only: the SCons tool loads them under a private package name,
+so the SCons process runs no compiler code, needs no third-party package, and
+no module of a firmware repository's own `site_scons/` can stand in for them.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import io
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Callable
 
-import numpy as np
+from .errors import KilnError
+from .names import c_identifier
 
-from kiln.config import Key
-from kiln.errors import KilnError
-from kiln.ir import serialize
+PACKAGE = Path(__file__).resolve().parent
+# What Kiln's build signatures are computed over: `kiln/...` paths relative to the folder holding the package.
+SOURCE_SUFFIXES = (".py", ".j2", ".fbs")
 
-# Modules every stage is built from: the entry point SCons runs (`python -m kiln`), the IR,
-# errors, config views, this table, and every table's key declarations (a stage validates the
-# whole model.toml). `tests/test_scons_matrix.py` checks a stage imports nothing outside its list.
-COMMON_MODULES = ("kiln/__init__.py", "kiln/__main__.py", "kiln/cli.py", "kiln/errors.py",
-                  "kiln/config.py", "kiln/stages.py", "kiln/ir", "kiln/frontends/config.py",
-                  "kiln/normalize/config.py", "kiln/quantize/config.py", "kiln/lower/config.py",
-                  "kiln/plan/config.py", "kiln/codegen/config.py")
+# Modules every stage is built from: the stage runner SCons starts (`python -m kiln.runner`), the IR,
+# errors, config views, this table, and every table's key declarations (a stage validates the whole
+# model.toml). Not the CLI: no stage runs it. `tests/test_scons_matrix.py` checks that a stage imports
+# nothing outside its list.
+COMMON_MODULES = ("kiln/__init__.py", "kiln/runner.py", "kiln/errors.py", "kiln/atomic.py", "kiln/config.py",
+                  "kiln/stages.py", "kiln/names.py", "kiln/ir", "kiln/frontends/config.py", "kiln/normalize/config.py",
+                  "kiln/quantize/config.py", "kiln/lower/config.py", "kiln/plan/config.py", "kiln/codegen/config.py")
 
-
-@dataclass(frozen=True)
-class StageRun:
-    """What an adapter gets: the model, its config view, and its input artifacts' paths."""
-
-    model: str
-    model_dir: Path
-    config: dict[str, Any]
-    inputs: dict[str, Path]
+# model.toml tables -> the module (relative to the package) that declares their keys as `CONFIG: dict[str, Key]`;
+# each table belongs to the stage that reads it ("inputs" is free-form: input name -> {shape, dtype}).
+TABLES = {
+    "model": "frontends/config.py",
+    "inputs": None,
+    "normalize": "normalize/config.py",
+    "quant": "quantize/config.py",
+    "kernels": "lower/config.py",
+    "plan": "plan/config.py",
+    "codegen": "codegen/config.py",
+}
 
 
 @dataclass(frozen=True)
@@ -47,25 +54,20 @@ class Stage:
     name: str
     consumes: tuple[str, ...]
     produces: tuple[str, ...]  # "{model}" is replaced by the model name
-    tables: tuple[str, ...]
-    modules: tuple[str, ...]  # files or package folders, relative to the repository root
+    tables: tuple[str, ...]  # the model.toml tables it reads: its own, and no other stage's
+    modules: tuple[str, ...]  # files or package folders, relative to the folder holding the package
     adapter: str  # "module:function" taking a StageRun, returning {artifact: bytes}
 
     def outputs(self, model: str) -> list[str]:
         return [p.format(model=model) for p in self.produces]
 
-    def run(self, job: StageRun) -> dict[str, bytes]:
-        module, func = self.adapter.split(":")
-        fn: Callable[[StageRun], dict[str, bytes]] = getattr(importlib.import_module(module), func)
-        return fn(job)
-
-    def source_files(self, root: Path) -> list[Path]:
+    def source_files(self, root: Path = PACKAGE.parent) -> list[Path]:
         """Every file whose content the stage's output depends on, sorted."""
         files: set[Path] = set()
         for rel in COMMON_MODULES + self.modules:
             p = root / rel
             if p.is_dir():
-                files.update(f for f in p.rglob("*") if f.is_file() and f.suffix in (".py", ".j2", ".fbs") and "__pycache__" not in f.parts)
+                files.update(f for f in p.rglob("*") if f.is_file() and f.suffix in SOURCE_SUFFIXES and "__pycache__" not in f.parts)
             elif p.is_file():
                 files.add(p)
             else:
@@ -75,55 +77,19 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage("import", (), ("imported.kir", "calibration.npz"), ("model", "inputs"),
-          ("kiln/frontends", "kiln/reference", "kiln/numerics", "kiln/samples.py"), "kiln.stages:run_import"),
+          ("kiln/frontends", "kiln/reference", "kiln/numerics", "kiln/samples.py"), "kiln.runner:run_import"),
     Stage("normalize", ("imported.kir",), ("normalized.kir",), ("normalize",),
-          ("kiln/normalize", "kiln/reference"), "kiln.stages:run_normalize"),
+          ("kiln/normalize", "kiln/reference"), "kiln.runner:run_normalize"),
     Stage("quantize", ("normalized.kir", "calibration.npz"), ("quantized.kir", "samples.npz"), ("quant",),
-          ("kiln/quantize", "kiln/numerics", "kiln/reference", "kiln/samples.py"), "kiln.stages:run_quantize"),
+          ("kiln/quantize", "kiln/numerics", "kiln/reference", "kiln/samples.py"), "kiln.runner:run_quantize"),
     Stage("lower", ("quantized.kir",), ("lowered.kir",), ("kernels",),
-          ("kiln/lower", "kiln/numerics"), "kiln.stages:run_lower"),
-    Stage("plan", ("lowered.kir",), ("planned.kir",), ("plan", "codegen"),
-          ("kiln/plan", "kiln/lz4.py"), "kiln.stages:run_plan"),
+          ("kiln/lower", "kiln/numerics"), "kiln.runner:run_lower"),
+    Stage("plan", ("lowered.kir",), ("planned.kir",), ("plan",),
+          ("kiln/plan", "kiln/lz4.py"), "kiln.runner:run_plan"),
     Stage("codegen", ("planned.kir",), ("{model}.c", "{model}.h"), ("codegen",),
-          ("kiln/codegen", "kiln/lz4.py"), "kiln.stages:run_codegen"),
+          ("kiln/codegen", "kiln/lz4.py"), "kiln.runner:run_codegen"),
 )
 BY_NAME = {s.name: s for s in STAGES}
-
-# model.toml tables -> the module that declares their keys as `CONFIG: dict[str, Key]`.
-_CONFIG_MODULES = {
-    "model": "kiln.frontends.config",
-    "inputs": None,  # free-form: input name -> {shape, dtype}
-    "normalize": "kiln.normalize.config",
-    "quant": "kiln.quantize.config",
-    "kernels": "kiln.lower.config",
-    "plan": "kiln.plan.config",
-    "codegen": "kiln.codegen.config",
-}
-
-
-def config_schema() -> dict[str, dict[str, Key]]:
-    return {t: (_config_module(m).CONFIG if m else {}) for t, m in _CONFIG_MODULES.items()}
-
-
-def _config_module(name: str) -> ModuleType:
-    """A table's key declarations, loaded without running its stage package's `__init__`.
-
-    Importing `kiln.normalize.config` the usual way would import the whole
-    `kiln.normalize` package, so every stage process would run (and its
-    build signature would have to include) every other stage's code.
-    """
-    if name in sys.modules:
-        return sys.modules[name]
-    path = Path(__file__).resolve().parent.parent / (name.replace(".", "/") + ".py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
 
 
 def stage(name: str) -> Stage:
@@ -132,81 +98,55 @@ def stage(name: str) -> Stage:
     return BY_NAME[name]
 
 
-# -- adapters: artifact I/O around each stage's pure function ---------------
-def _graph(job: StageRun, artifact: str):
-    """The input graph `artifact`, checked: a corrupt file, or one of another level, is refused in one line."""
-    return serialize.load(job.inputs[artifact], level=_level(artifact))
+def package_files(root: Path = PACKAGE.parent) -> list[Path]:
+    """Every source file of the package: what a page describing the compiler's work (`kiln build-report`) depends on."""
+    return sorted(f for f in (root / "kiln").rglob("*") if f.is_file() and f.suffix in SOURCE_SUFFIXES and "__pycache__" not in f.parts)
 
 
-def _kir(graph, artifact: str) -> bytes:
-    return serialize.dumps(graph, level=_level(artifact))
+# -- what the build needs to know of a model folder ------------------------------------------
+def model_files(name: str, folder: Path, config: dict, toml: Path) -> list[Path]:
+    """The files of (and named by) a model folder that stage `name` reads, sorted; a missing one is a KilnError.
+
+    import reads the folder's files (any may be imported by a model.py or be
+    an ONNX file's external data), except model.toml (read through the config
+    views) and the calibration files, and the `model.depends` files outside
+    it; quantize reads the `quant.calibration` files.
+    """
+    if name == "quantize":
+        return calibration_files(folder, config, toml)
+    if name != "import":
+        return []
+    excluded = set(calibration_files(folder, config, toml))
+    files = sorted(f for f in folder.rglob("*") if f.is_file() and f.name != "model.toml" and "__pycache__" not in f.parts
+                   and f.resolve() not in excluded)
+    if folder / config["model"]["source"] not in files:
+        raise KilnError(f"{toml}: model.source: {config['model']['source']} is not a file the build tracks in {folder.name}/ "
+                        "(missing, or inside a symlinked folder)")
+    return sorted(set(files) | set(depends_files(folder, config["model"], str(toml))))
 
 
-def _level(artifact: str) -> str:
-    """A .kir artifact's level is its name: `quantized.kir` holds a quantized graph."""
-    return Path(artifact).stem
+def depends_files(folder: Path, model_table: dict, where: str) -> list[Path]:
+    """The `model.depends` files of a model folder, resolved; a missing one is an error naming `where`."""
+    files = []
+    for rel in model_table["depends"]:
+        path = (folder / rel).resolve()
+        if not path.is_file():
+            raise KilnError(f"{where}: model.depends: {rel} does not exist (relative to {folder.name}/)")
+        files.append(path)
+    return sorted(set(files))
 
 
-def run_import(job: StageRun) -> dict[str, bytes]:
-    from kiln.frontends import import_model
-    from kiln.frontends.config import depends_files
-
-    source = job.model_dir / job.config["model"]["source"]
-    depends = depends_files(job.model_dir, job.config["model"], str(job.model_dir / "model.toml"))
-    imported = import_model(source, job.model, job.config["inputs"], tuple(depends))
-    buf = io.BytesIO()
-    np.savez(buf, **{k: np.asarray(v, np.float32) for k, v in sorted(imported.calibration.items())})
-    return {"imported.kir": _kir(imported.graph, "imported.kir"), "calibration.npz": buf.getvalue()}
-
-
-def run_normalize(job: StageRun) -> dict[str, bytes]:
-    from kiln.normalize import normalize
-
-    return {"normalized.kir": _kir(normalize(_graph(job, "imported.kir"), job.config["normalize"]), "normalized.kir")}
+def calibration_files(folder: Path, config: dict, toml: Path) -> list[Path]:
+    """The `quant.calibration` files, resolved; a missing one stops the build in one line (not SCons's "Source not found")."""
+    files = []
+    for rel in config["quant"]["calibration"]:
+        path = (folder / rel).resolve()
+        if not path.is_file():
+            raise KilnError(f"{toml}: quant.calibration: {rel} does not exist (relative to {folder.name}/)")
+        files.append(path)
+    return sorted(set(files))
 
 
-def run_quantize(job: StageRun) -> dict[str, bytes]:
-    from kiln.quantize import kept, quantize
-    from kiln.quantize.calibration import load_calibration
-
-    graph, config = _graph(job, "normalized.kir"), job.config["quant"]
-    calibration = load_calibration(graph, config, job.model_dir, job.inputs["calibration.npz"])
-    return {"quantized.kir": _kir(quantize(graph, config, calibration), "quantized.kir"),
-            kept.ARTIFACT: kept.pack(graph, calibration, config)}
-
-
-def run_lower(job: StageRun) -> dict[str, bytes]:
-    from kiln.lower import lower
-
-    return {"lowered.kir": _kir(lower(_graph(job, "quantized.kir"), job.config["kernels"]), "lowered.kir")}
-
-
-def run_plan(job: StageRun) -> dict[str, bytes]:
-    from kiln.plan import plan
-
-    planned = plan(_graph(job, "lowered.kir"), job.config["plan"], lz4=job.config["codegen"]["lz4"])
-    return {"planned.kir": _kir(planned, "planned.kir")}
-
-
-def run_codegen(job: StageRun) -> dict[str, bytes]:
-    from kiln.codegen import generate
-
-    return generate(_graph(job, "planned.kir"), job.model, job.config["codegen"])
-
-
-def run_stage(name: str, model: str, model_dir: Path, config: dict[str, dict[str, Any]], build_dir: Path) -> list[Path]:
-    """Run one stage on the artifacts in `build_dir`; every output is written atomically."""
-    st = stage(name)
-    job = StageRun(model, model_dir, {t: config[t] for t in st.tables}, {a: build_dir / a for a in st.consumes})
-    for artifact, path in job.inputs.items():
-        if not path.exists():
-            raise KilnError(f"{path}: missing input of stage {name} (run the earlier stages first)")
-    produced = st.run(job)
-    expected = st.outputs(model)
-    if sorted(produced) != sorted(expected):
-        raise RuntimeError(f"stage {name} produced {sorted(produced)}, registry says {expected}")
-    paths = []
-    for artifact in expected:
-        serialize.write_atomic(build_dir / artifact, produced[artifact])
-        paths.append(build_dir / artifact)
-    return paths
+def symbol_prefix(model: str, codegen: dict) -> str:
+    """The prefix of every C symbol and macro of a model: `codegen.prefix`, or the model name made an identifier."""
+    return codegen["prefix"] or c_identifier(model)

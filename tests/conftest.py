@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_LINE = re.compile(r"^kiln (\w+) (\S+)$")
+STAGE_LINE = re.compile(r"^(?:\[\d+/\d+\] )?kiln (\w+) (\S+)$")  # `[k/n] kiln STAGE MODEL`
 
 
 def project_files() -> list[Path]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kiln import config as model_config
-from kiln.stages import run_stage
+from kiln.runner import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))

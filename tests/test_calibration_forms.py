@@ -14,7 +14,7 @@ import pytest
 
 from kiln.cli import main, resolve_source
 from kiln.errors import KilnError
-from kiln.stages import run_stage
+from kiln.runner import run_stage
 
 NET = """
 import torch

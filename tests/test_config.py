@@ -15,7 +15,7 @@ def test_defaults_fill_every_table(tmp_path):
     cfg = config.load(write(tmp_path, ""))
     assert cfg["model"]["source"] == "model.py"
     assert cfg["plan"]["alignment"] == 16 and cfg["plan"]["budget"] == 0
-    assert set(cfg) == set(config._schema())
+    assert set(cfg) == set(config.config_schema())
 
 
 def test_unknown_key_suggests_closest(tmp_path):

@@ -22,9 +22,11 @@ from kiln.cli import resolve_source
 from kiln.errors import KilnError
 from kiln.ir import load
 from kiln.ir.graph import Graph, Node, Tensor
+from kiln.model_table import firmware_model
 from kiln.quantize.kept import load_samples
 from kiln.runio import quantize_inputs
-from kiln.stages import STAGES, run_stage
+from kiln.runner import run_stage
+from kiln.stages import STAGES
 from kiln.target import cortex_m, qemu, size
 from kiln.target.macs import graph_macs, node_macs
 
@@ -345,7 +347,7 @@ def test_model_matches_host_program_and_reference(name, tmp_path):
     source, prefix = tmp_path / f"{name}.c", host.model_prefix(tmp_path / f"{name}.h")
     quantized, planned = load(tmp_path / "quantized.kir"), load(tmp_path / "planned.kir")
     exe = host.build_executable([source], [prefix], tmp_path / "host_program")
-    elf = cortex_m.build_firmware([source], [cortex_m.firmware_model(prefix, planned)], tmp_path / "firmware" / f"{name}.elf")
+    elf = cortex_m.build_firmware([source], [firmware_model(prefix, (tmp_path / f"{name}.h").read_text())], tmp_path / "firmware" / f"{name}.elf")
 
     samples = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(tmp_path).inputs))
     run = qemu.run_firmware(elf, planned, samples)

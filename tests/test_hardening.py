@@ -27,7 +27,7 @@ from kiln.ir import Graph, Node, QuantParams, Tensor, load
 from kiln.plan import plan
 from kiln.quantize.scheme import quantize_array
 
-PLAN = {"alignment": 16, "budget": 0, "io_in_arena": False, "reorder": True, "in_place": True}
+PLAN = {"alignment": 16, "budget": 0, "io_in_arena": False, "reorder": True, "in_place": True, "lz4": False}
 
 
 def kiln(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -67,7 +67,7 @@ def test_injected_weights_section_is_refused_at_config_and_at_codegen(compiled, 
     raises_one_line(lambda: model_config.validate({"codegen": {"weights_section": value}}, "model.toml"),
                     "model.toml", "codegen.weights_section")
     planned = load(compiled("tiny_cnn") / "planned.kir")
-    raises_one_line(lambda: generate(planned, "tiny_cnn", {"prefix": "", "lz4": False, "weights_section": value}),
+    raises_one_line(lambda: generate(planned, "tiny_cnn", {"prefix": "", "weights_section": value}),
                     "weights_section")
 
 

@@ -25,7 +25,8 @@ from kiln.codegen import generate
 from kiln.names import c_identifier
 from kiln.errors import KilnError
 from kiln.ir import load
-from kiln.stages import config_schema, run_stage
+from kiln.config import config_schema
+from kiln.runner import run_stage
 
 FRAGMENTS = ['"', "'", "\\", "\n", "\r", "\t", "*/", "/*", "//", "??=", "#include </etc/passwd>", "#define X",
              '")));int kiln_injected(void){return 42;}', "kiln_injected", "`touch PWN`", "$(touch PWN)", "$HOME",

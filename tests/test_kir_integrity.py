@@ -17,7 +17,8 @@ from kiln import config as model_config
 from kiln.errors import KilnError
 from kiln.ir import dumps, load, loads
 from kiln.manifest import manifest, recorded
-from kiln.stages import STAGES, run_stage
+from kiln.runner import run_stage
+from kiln.stages import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = ("imported", "normalized", "quantized", "lowered", "planned")

@@ -64,7 +64,8 @@ def test_generated_c_is_bit_exact_under_sanitizers(name: str, tmp_path: Path, tm
     from kiln.cli import resolve_source
     from kiln.ir import load
     from kiln.runio import quantize_inputs
-    from kiln.stages import STAGES, run_stage
+    from kiln.runner import run_stage
+    from kiln.stages import STAGES
 
     pattern = ptq.BY_NAME[name]
     source = tmp_path / f"{name}.onnx"

@@ -24,7 +24,8 @@ from kiln.check import reference_outputs
 from kiln.cli import main as kiln
 from kiln.errors import KilnError
 from kiln.ir import load
-from kiln.stages import STAGES, config_schema
+from kiln.config import config_schema
+from kiln.stages import STAGES
 
 MODELS = (ONNX_MODEL, TORCH_MODEL)
 
@@ -100,7 +101,7 @@ def test_j1_and_j2_build_the_same_bytes(snapshot, tmp_path):
 
 # -- interrupted builds ----------------------------------------------------------------------
 def stage_process(group: int, stage: str) -> str | None:
-    """The model whose `kiln stage <stage>` process is running in process group `group`, if any."""
+    """The model whose stage process (`python -P -m kiln.runner <stage>`) is running in process group `group`, if any."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -110,7 +111,7 @@ def stage_process(group: int, stage: str) -> str | None:
             argv = (entry / "cmdline").read_bytes().decode().split("\0")
         except (OSError, ProcessLookupError):
             continue
-        if argv[1:5] == ["-m", "kiln", "stage", stage]:
+        if argv[1:5] == ["-P", "-m", "kiln.runner", stage]:
             return Path(argv[argv.index("--build-dir") + 1]).name
     return None
 
@@ -128,7 +129,7 @@ def test_build_killed_during_a_stage_recovers(snapshot, tmp_path, stage, sig):
     seen, killed = [], None
     for line in proc.stdout:
         seen.append(line)
-        if line.startswith(f"kiln {stage} "):
+        if re.match(rf"^(\[\d+/\d+\] )?kiln {stage} ", line):
             while killed is None and proc.poll() is None:
                 killed = stage_process(proc.pid, stage)
                 time.sleep(0.002)

@@ -35,7 +35,8 @@ from kiln.frontends.tflite.read import read_tflite
 from kiln.ir.graph import Graph
 from kiln.reference.executor import run
 from kiln.reference.int8 import INT8_IMPLS
-from kiln.stages import STAGES, run_stage
+from kiln.runner import run_stage
+from kiln.stages import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 TF_PYTHON = ROOT / ".venv-tf" / "bin" / "python"

@@ -4,7 +4,7 @@ Every kernel is called the same way — `kernel(&params, inputs..., outputs...)`
 — so this stage knows no op: it emits constants, parameter structs and calls
 in schedule order, with arena/caller pointers from the plan.
 
-Constants the plan marked `lz4_bytes` are emitted as LZ4 blocks and
+Constants the plan marked `lz4_bytes` (`plan.lz4`) are emitted as LZ4 blocks and
 decompressed (`runtime/kiln_lz4.c`) into the node's `lz4_scratch` offsets
 just before the call; inputs and outputs the plan put in the arena are
 copied in at the start of invoke and out at the end. Names from the model
@@ -24,6 +24,7 @@ from kiln.names import c_identifier, c_text
 from kiln.errors import KilnError
 from kiln.ir.graph import Graph, Tensor
 from kiln.lz4 import compress
+from kiln.stages import symbol_prefix
 
 C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "uint8": "uint8_t", "float32": "float"}
 DTYPE_CODES = {"int8": "KILN_INT8", "float32": "KILN_FLOAT32", "uint8": "KILN_UINT8"}
@@ -74,10 +75,7 @@ def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
         text = problem(config[key])
         if text:
             raise KilnError(f"model {model!r}: codegen.{key}: {text}")
-    if bool(config["lz4"]) != bool(graph.meta.get("lz4", 0)):
-        raise KilnError(f"model {model!r}: codegen.lz4 is {config['lz4']} but the graph was planned "
-                        f"{'with' if graph.meta.get('lz4') else 'without'} it; re-run the plan stage")
-    prefix = config["prefix"] or c_identifier(model)
+    prefix = symbol_prefix(model, config)
     constants, const_names = _constants(graph)
     calls = [_call(graph, i, n, const_names) for i, n in enumerate(graph.nodes) if n.attrs.get("kernel")]
     ctx = {

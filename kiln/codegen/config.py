@@ -1,7 +1,7 @@
-"""model.toml `[codegen]` keys, read by the codegen stage (and `lz4` by the plan stage, which sizes the scratch regions)."""
+"""model.toml `[codegen]` keys, read by the codegen stage."""
 import re
 
-from kiln.config import Key
+from ..config import Key
 
 
 # Both values are pasted into C (symbol names, `__attribute__((section("...")))`), so only these grammars pass.
@@ -23,6 +23,5 @@ def section_problem(v: str) -> str | None:
 
 CONFIG = {
     "prefix": Key("prefix", str, "", "Prefix of every exported C symbol and macro; empty means the model name.", identifier_problem),
-    "lz4": Key("lz4", bool, False, "Store constants LZ4-compressed (when that makes them smaller) and decompress each layer's into an arena scratch region just before it runs."),
     "weights_section": Key("weights_section", str, "", "Linker section for the constant weights (e.g. '.rodata.kiln'); empty leaves them in .rodata.", section_problem),
 }

@@ -1,8 +1,7 @@
 """model.toml `[model]` keys, read by the import stage."""
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
-from kiln.config import Key
-from kiln.errors import KilnError
+from ..config import Key
 
 
 def _relative_paths(value: list) -> str | None:
@@ -32,13 +31,3 @@ CONFIG = {
                    "relative to the model folder; the import stage re-runs when one changes.", _relative_paths),
 }
 
-
-def depends_files(model_dir: Path, model_table: dict, where: str) -> list[Path]:
-    """The `model.depends` files of a model folder, resolved; a missing one is an error naming `where`."""
-    files = []
-    for rel in model_table["depends"]:
-        path = (model_dir / rel).resolve()
-        if not path.is_file():
-            raise KilnError(f"{where}: model.depends: {rel} does not exist (relative to {model_dir.name}/)")
-        files.append(path)
-    return sorted(set(files))

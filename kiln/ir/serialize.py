@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import struct
 from pathlib import Path
 
 import flatbuffers
 import numpy as np
 
+from kiln.atomic import write_atomic
 from kiln.errors import KilnError
 from kiln.ir.fb import Attr as FbAttr
 from kiln.ir.fb import Graph as FbGraph
@@ -106,26 +106,6 @@ def load(path: str | os.PathLike, level: str | None = None) -> Graph:
     except OSError as exc:
         raise KilnError(f"{path}: cannot read ({exc.strerror})") from None
     return loads(data, str(path), level)
-
-
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write via a temp file in the same folder and rename, so readers never see half a file.
-
-    The file is created with mode 0666 less the umask, as a compiler's
-    outputs are (`mkstemp` would make every artifact private to its owner).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _checksum(version: int, level: int, payload: bytes) -> bytes:

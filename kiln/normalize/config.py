@@ -1,5 +1,5 @@
 """model.toml `[normalize]` keys, read by the normalize stage."""
-from kiln.config import Key, one_of
+from ..config import Key, one_of
 
 CONFIG = {
     "disable": Key("disable", list, [], "Names of normalization passes to turn off."),

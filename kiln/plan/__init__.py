@@ -4,7 +4,7 @@ Reshape-like aliases (`kernel == ""`) share their input's storage, and
 element-wise kernels on the in-place allow-list write over an input that dies
 at them, so a chain of such tensors is one buffer. Graph inputs and outputs
 live in the caller's buffers unless `plan.io_in_arena` asks for them inside
-the arena. With `codegen.lz4`, each layer with compressed constants gets a
+the arena. With `plan.lz4`, each layer with compressed constants gets a
 scratch buffer live during that layer only.
 
 The stage tries several valid topological orders (`kiln.plan.schedule`)
@@ -43,13 +43,14 @@ class _Candidate:
 SIZE_LIMIT = 2**31 - 1
 
 
-def plan(graph: Graph, config: dict, lz4: bool = False) -> Graph:
-    """Plan `graph`'s memory; `lz4` reserves scratch regions for compressed weights (`codegen.lz4`)."""
+def plan(graph: Graph, config: dict) -> Graph:
+    """Plan `graph`'s memory (`config`: the `[plan]` table); `lz4` reserves scratch regions for compressed weights."""
     g = graph.copy()
     _check_sizes(g)
     align = int(config["alignment"])
     if alignment_problem(align):
         raise KilnError(f"graph {g.name!r}: plan.alignment: {alignment_problem(align)}")
+    lz4 = bool(config["lz4"])
     scratch = plan_scratch(g, align) if lz4 else Scratch({}, {}, {})
     orders = candidate_orders(g) if config["reorder"] else [("given", list(range(len(g.nodes))))]
     found = [_evaluate(g, name, order, config, scratch) for name, order in orders]

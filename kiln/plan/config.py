@@ -1,5 +1,5 @@
 """model.toml `[plan]` keys, read by the plan stage."""
-from kiln.config import Key
+from ..config import Key
 
 
 MAX_ALIGNMENT = 4096  # a page: beyond it an aligned() constant wastes flash and gcc refuses large values
@@ -18,5 +18,8 @@ CONFIG = {
     "budget": Key("budget", int, 0, "SRAM budget for the arena in bytes; 0 means none. A plan over budget fails naming the peak step and its live tensors.", _non_negative),
     "reorder": Key("reorder", bool, True, "Let the planner run the nodes in another valid order when that lowers the peak of live bytes."),
     "in_place": Key("in_place", bool, True, "Let element-wise kernels write over an input that dies at them (only kernels proven safe in place)."),
+    "lz4": Key("lz4", bool, False,
+               "Store constants LZ4-compressed (when that makes them smaller) and decompress each layer's into an arena "
+               "scratch region just before it runs: the plan sizes the regions, codegen emits the blocks it planned."),
     "io_in_arena": Key("io_in_arena", bool, False, "Place model inputs and outputs inside the arena instead of caller buffers."),
 }

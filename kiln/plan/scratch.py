@@ -1,4 +1,4 @@
-"""Scratch regions for LZ4-compressed weights (`codegen.lz4`).
+"""Scratch regions for LZ4-compressed weights (`plan.lz4`).
 
 A constant is stored compressed when its LZ4 block is smaller than its raw
 bytes. Just before a layer runs, its compressed constants are decompressed

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.config import Key, one_of
+from ..config import Key, one_of
 
 OBSERVERS = ("minmax", "moving_average", "percentile", "mse")
 

@@ -106,7 +106,7 @@ def export_tflite(base: str, out: Path) -> None:
     from kiln import config
     from kiln.export.tflite import to_tflite
     from kiln.ir import load
-    from kiln.stages import run_stage
+    from kiln.runner import run_stage
 
     cfg = config.load(MODELS / base / "model.toml")
     cfg["normalize"]["input_layout"] = "NHWC"
