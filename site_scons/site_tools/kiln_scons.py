@@ -193,8 +193,8 @@ class Progress:
             arena, flash = model_table.model_sizes(Path(e["header"].abspath), Path(e["object"].abspath))
             print(f"kiln:   {root}/{model}: {e['run']} run / {e['cached']} cached of {len(registry.STAGES)} stages, "
                   f"arena {_bytes(arena)}, flash {_bytes(flash)}, {e['seconds']:.1f} s")
-        for line in self.broken:
-            print(f"kiln:   not built: {line}")
+        for message in self.broken:
+            print(f"kiln:   not built: {message}")
 
 
 def _node(target):
@@ -238,15 +238,15 @@ def kiln_models(env, models_dir: str, build_root: str) -> list[dict]:
 
     A broken model (bad model.toml, missing source or calibration file) is
     reported in one line, listed by `scons -h`, and its name is a target
-    that fails with that line; `env.KilnErrors()` gives those targets (a
-    default build should include them, so it ends in failure after building
-    every other model).
+    that fails; `env.KilnErrors()` gives those targets (a default build
+    should include them, so it ends in failure after building every other
+    model).
     """
     folder = models_dir if isinstance(models_dir, SCons.Node.Node) else env.Dir(_literal(models_dir))
     declared = []
     for toml in sorted(Path(folder.abspath).glob("*/model.toml")):
         try:
-            declared.append(_declare_model(env, folder.Dir(_literal(toml.parent.name)), build_root))
+            declared.append(_declare_model(env, folder.Dir("./" + toml.parent.name), build_root))
         except KilnError as exc:
             _broken(env, toml.parent.name, build_root, str(exc))
     _help(build_root, declared)
@@ -254,16 +254,12 @@ def kiln_models(env, models_dir: str, build_root: str) -> list[dict]:
 
 
 def _broken(env, name: str, build_root: str, message: str) -> None:
-    print(f"kiln: error: {message}", file=sys.stderr)
-    _PROGRESS.broken.append(f"{name} ({message})")
-
-    def fail(target, source, env) -> int:
+    """Report a model that cannot be declared, once; its target (and its name) fail, after the rest of the build."""
+    if message not in _PROGRESS.broken:
         print(f"kiln: error: {message}", file=sys.stderr)
-        return 1
-
-    marker = env.Command(env.Dir(_literal(build_root)).File(f"./{name}.broken"), [], SCons.Action.Action(fail, None))
+        _PROGRESS.broken.append(message)
+    marker = env.Alias(SCons.Node.Alias.default_ans.Alias(name), [], SCons.Action.Action(lambda target, source, env: 1, None))
     env.AlwaysBuild(marker)
-    env.Alias(name, marker)
     _BROKEN.extend(marker)
 
 
