@@ -157,7 +157,7 @@ def test_build_killed_during_a_stage_recovers(snapshot, tmp_path, stage, sig):
 # -- another repository adopting Kiln -----------------------------------------------------------
 def test_external_repo_builds_its_own_firmware_and_runs_it(tmp_path):
     repo = Path(shutil.copytree(ROOT / "examples/external_repo", tmp_path / "firmware"))
-    env = {**os.environ, "KILN_ROOT": str(ROOT)}
+    env = {**os.environ, "KILN_PYTHON": sys.executable}  # the Python with this checkout's Kiln (tests/test_package.py: a wheel's)
     actions, log, _ = run_scons(repo, "-j2", env=env)
     assert stages([s.name for s in STAGES], ["gesture"]) <= actions and "link build/gesture_app" in actions, log
     proc = subprocess.run([str(repo / "build/gesture_app")], capture_output=True, text=True, timeout=60)

@@ -623,6 +623,7 @@ def generate(env) -> None:
         env.PrependENVPath("PYTHONPATH", str(SOURCE_ROOT))
     env["KILN_PYTHON"] = SCons.Subst.Literal(kiln_python(env))  # one argument, quoted, whatever its path
     env["ESCAPE"] = shlex.quote  # SCons's POSIX quoting leaves backquotes live inside its double quotes
+    env["KILN_RUNTIME"] = env.Dir(str(paths.runtime()))  # for CPPPATH: kiln_runtime.h, which generated headers include
     for st in registry.STAGES:
         env["BUILDERS"][f"KilnStage_{st.name}"] = SCons.Builder.Builder(action=StageAction(st.name))
     env.AddMethod(kiln_model, "KilnModel")
