@@ -1,7 +1,7 @@
 """The benchmark table: for every model in models/, size, memory, compile time, Cortex-M4 speed and int8 accuracy.
 
 Each model is compiled into a work folder (a temporary one unless `--work`),
-every stage run as the build runs it — its own `python -m kiln stage`
+every stage run as the build runs it — its own `python -P -m kiln.runner`
 process — and timed by wall clock; with `--repeat N` each stage runs N times
 in a row (it rewrites the same bytes) and the median counts. Then:
 
@@ -31,7 +31,6 @@ in a row (it rewrites the same bytes) and the median counts. Then:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -49,7 +48,7 @@ import arena
 import cortex_m as m4_bench
 from kiln import config as model_config, host
 from kiln.check import seeded_inputs
-from kiln.names import c_identifier
+from kiln.stages import STAGES, symbol_prefix
 from kiln.errors import KilnError
 from kiln.ir import load
 from kiln.ir.graph import Graph
@@ -59,10 +58,10 @@ from kiln.quantize.report import report
 from kiln.reference.executor import run
 from kiln.reference.int8 import INT8_IMPLS
 from kiln.runio import quantize_inputs
-from kiln.stages import STAGES
 from kiln.model_table import firmware_model
 from kiln.target.cortex_m import build_firmware
 from kiln.target.macs import graph_macs
+from kiln.frontends.torch_module import load_model_py
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -76,7 +75,7 @@ def time_stages(model: str, build: Path, repeat: int) -> dict[str, float]:
     """Median wall-clock seconds of each stage, each run `repeat` times as its own `kiln stage` process."""
     seconds = {}
     for st in STAGES:
-        cmd = [sys.executable, "-m", "kiln", "stage", st.name, "--model-dir", str(MODELS / model), "--build-dir", str(build)]
+        cmd = [sys.executable, "-P", "-m", "kiln.runner", st.name, "--model-dir", str(MODELS / model), "--build-dir", str(build)]
         runs = []
         for _ in range(repeat):
             start = time.perf_counter()
@@ -117,14 +116,7 @@ def accuracy(model: str, build: Path, source: str, prefix: str) -> dict[str, Any
 
 def load_model_py(path: Path) -> ModuleType:
     """A model.py by path, its folder importable while it loads (as the import stage loads it)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{path.parent.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
+    return load_model_py(path)
 
 
 def sqnr(build: Path) -> tuple[float | None, float]:
@@ -206,7 +198,7 @@ def bench_model(model: str, build: Path, repeat: int, m4: bool) -> dict[str, Any
     """One model's row (see the module docstring for what each number is)."""
     seconds = time_stages(model, build, repeat)
     cfg = model_config.load(MODELS / model / "model.toml")
-    prefix = cfg["codegen"]["prefix"] or c_identifier(model)
+    prefix = symbol_prefix(model, cfg["codegen"])
     planned = load(build / "planned.kir")
     memory = arena.bench_model(model, build)
     macs = graph_macs(planned)

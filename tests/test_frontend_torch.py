@@ -26,7 +26,7 @@ from torch_models import CASES, Case
 from kiln import ir
 from kiln.errors import KilnError
 from kiln.frontends import import_model
-from kiln.frontends.torch_module import import_module
+from kiln.frontends.torch_module import import_module, load_model_py
 from kiln.samples import collect
 from kiln.ir.verify import verify
 from kiln.reference.executor import run
@@ -54,12 +54,7 @@ def _eager(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarr
 
 def _load_model_py(path: Path):
     """The model.py module itself, to run it eagerly next to its import."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_test_{path.parent.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_model_py(path)
 
 
 def _write_model(folder: Path, body: str) -> Path:

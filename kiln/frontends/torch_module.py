@@ -72,6 +72,14 @@ def import_module(module: Any, examples: tuple[torch.Tensor, ...], name: str, in
     return convert(_export(module, examples, where), name, where, folder=folder, input_names=names)
 
 
+def load_model_py(source: Path, module_name: str | None = None) -> ModuleType:
+    """A model.py loaded as the import stage loads it, for code that calls its functions itself (tests, benchmarks,
+    exporters): by path, its folder importable while it runs, as module `module_name` (default: a private name)."""
+    source = Path(source).resolve()
+    with _loaded(source, str(source), None, module_name) as module:
+        return module
+
+
 @contextlib.contextmanager
 def _single_threaded() -> Iterator[None]:
     """Run the user's model code on one thread: a float reduction's order, hence its bits, then does
@@ -86,7 +94,7 @@ def _single_threaded() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _loaded(source: Path, where: str, depends: frozenset[Path] | None) -> Iterator[ModuleType]:
+def _loaded(source: Path, where: str, depends: frozenset[Path] | None, module_name: str | None = None) -> Iterator[ModuleType]:
     """model.py as a module, its folder on sys.path; everything it added to sys.path/sys.modules removed after.
 
     A model.py may load files from outside its folder only when model.toml
@@ -97,7 +105,7 @@ def _loaded(source: Path, where: str, depends: frozenset[Path] | None) -> Iterat
     """
     folder = source.parent
     checked, depends = depends is not None, depends or frozenset()
-    module_name = "_kiln_model_" + hashlib.sha256(str(source).encode()).hexdigest()[:16]
+    module_name = module_name or "_kiln_model_" + hashlib.sha256(str(source).encode()).hexdigest()[:16]
     saved_path = list(sys.path)
     set_aside = {key: m for key, m in sys.modules.items() if depends and _file_of(m) in depends}
     for key in set_aside:
