@@ -302,8 +302,10 @@ def _declare_model(env, model_dir, build_root: str) -> dict:
         _PROGRESS.stage_nodes.add(nodes[0])  # one per action
         env.Alias(SCons.Node.Alias.default_ans.Alias(f"{name}-{st.name}"), nodes)
     c_source, header = (next(n for n in stages["codegen"] if str(n).endswith(suffix)) for suffix in (".c", ".h"))
-    # The generated C includes its header from its own folder: no -I flag names the model's folder.
-    obj = menv.Object(build.File(f"./{name}{menv.subst('$OBJSUFFIX')}"), c_source, CPPPATH=[env.fs.Dir(str(paths.runtime()))])
+    # The generated C includes its header from its own folder: no -I flag names the model's folder. Compiled
+    # by `env` itself, whose compiler a later script may still set (PlatformIO's platform script runs after
+    # the extra script that declares the models).
+    obj = env.Object(build.File(f"./{name}{env.subst('$OBJSUFFIX')}"), c_source, CPPPATH=[env.fs.Dir(str(paths.runtime()))])
     alias = SCons.Node.Alias.default_ans.Alias(name)
     env.Alias(alias, obj)
     _PROGRESS.models[(build_root, name)] = {"run": 0, "cached": 0, "seconds": 0.0, "header": header, "object": obj[0],
@@ -622,7 +624,8 @@ def generate(env) -> None:
     if paths.source_checkout():  # stages import this checkout's kiln
         env.PrependENVPath("PYTHONPATH", str(SOURCE_ROOT))
     env["KILN_PYTHON"] = SCons.Subst.Literal(kiln_python(env))  # one argument, quoted, whatever its path
-    env["ESCAPE"] = shlex.quote  # SCons's POSIX quoting leaves backquotes live inside its double quotes
+    if os.name == "posix":
+        env["ESCAPE"] = shlex.quote  # SCons's POSIX quoting leaves backquotes live inside its double quotes
     env["KILN_RUNTIME"] = env.Dir(str(paths.runtime()))  # for CPPPATH: kiln_runtime.h, which generated headers include
     for st in registry.STAGES:
         env["BUILDERS"][f"KilnStage_{st.name}"] = SCons.Builder.Builder(action=StageAction(st.name))
