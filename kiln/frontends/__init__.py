@@ -6,20 +6,11 @@ model.py), calibration samples per graph input, each shaped (N, *input_shape).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kiln.errors import KilnError
-from kiln.ir.graph import Graph
-
-
-@dataclass
-class Imported:
-    graph: Graph
-    calibration: dict[str, np.ndarray] = field(default_factory=dict)
+from kiln.frontends.imported import Imported
 
 
 def import_model(source: Path, name: str, inputs: dict[str, Any], depends: tuple[Path, ...] | None = None) -> Imported:

@@ -38,7 +38,7 @@ import torch
 
 from kiln import samples
 from kiln.errors import KilnError
-from kiln.frontends import Imported
+from kiln.frontends.imported import Imported
 from kiln.frontends.torch_graph import check_bindings, convert, describe, quiet_torch
 from kiln.ir.graph import Graph
 

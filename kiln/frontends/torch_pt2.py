@@ -25,7 +25,7 @@ import torch
 from torch.export.graph_signature import InputKind
 
 from kiln.errors import KilnError
-from kiln.frontends import Imported
+from kiln.frontends.imported import Imported
 from kiln.frontends.torch_graph import check_bindings, convert, describe, quiet_torch
 
 _MEMBER_PATTERNS = [re.compile(p) for p in (

@@ -3,7 +3,7 @@ mean requantize (TFLite's MEAN, 1/count folded into the multiplier)."""
 from __future__ import annotations
 
 from kiln.ir.graph import Node
-from kiln.ir.ops import mean_split
+from kiln.ir.kernel_ops import mean_split
 from kiln.lower.common import Site, Unsupported, four_d, qparams, require_same_quant
 from kiln.numerics.params import mean_multiplier
 

@@ -18,7 +18,8 @@ import numpy as np
 from kiln.errors import KilnError, node_context
 from kiln.ir.graph import DTYPES, Graph, Node, Tensor
 from kiln.ir.ops import norm_axis
-from kiln.reference.executor import FLOAT_IMPLS, Impl
+from kiln.reference import float_ops, source_ops  # noqa: F401  (register implementations)
+from kiln.reference.impls import FLOAT_IMPLS, Impl
 
 # Ops that compute each index of axis 0 from the same index of their inputs, whatever their attributes.
 SAMPLEWISE = frozenset({
@@ -71,8 +72,6 @@ def run_batch(graph: Graph, feeds: dict[str, np.ndarray], table: dict[str, Impl]
 
     `visit(name, values)` sees every input's and every node output's values, (S, *shape), as they are computed.
     """
-    from kiln.reference import float_ops, source_ops  # noqa: F401  (register implementations)
-
     table = FLOAT_IMPLS if table is None else table
     if hasattr(table, "bind"):
         table = table.bind(graph)

@@ -1,26 +1,12 @@
 """Runs a graph node by node with the NumPy implementations registered per op."""
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
 from kiln.errors import KilnError, node_context
-from kiln.ir.graph import DTYPES, Graph, Node
-
-Impl = Callable[[Node, list[np.ndarray | None]], list[np.ndarray]]
-FLOAT_IMPLS: dict[str, Impl] = {}
-
-
-def impl(*ops: str, table: dict[str, Impl] = FLOAT_IMPLS):
-    """Register a NumPy implementation for `ops`: fn(node, inputs) -> outputs."""
-
-    def register(fn: Impl) -> Impl:
-        for name in ops:
-            table[name] = fn
-        return fn
-
-    return register
+from kiln.ir.graph import DTYPES, Graph
+from kiln.reference import float_ops, source_ops  # noqa: F401  (register implementations)
+from kiln.reference.impls import FLOAT_IMPLS, Impl
 
 
 def run(graph: Graph, feeds: dict[str, np.ndarray], table: dict[str, Impl] | None = None, keep: bool = False) -> dict[str, np.ndarray]:
@@ -29,8 +15,6 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], table: dict[str, Impl] | Non
     Returns the graph outputs, or with `keep` every tensor's value (for
     per-layer comparisons and calibration).
     """
-    from kiln.reference import float_ops, source_ops  # noqa: F401  (register implementations)
-
     table = FLOAT_IMPLS if table is None else table
     if hasattr(table, "bind"):  # a table whose implementations read tensor metadata (quantization)
         table = table.bind(graph)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.reference import nn
-from kiln.reference.executor import impl
+from kiln.reference.impls import impl
 
 
 def _f64(x):

@@ -18,6 +18,7 @@ import numpy as np
 from kiln.errors import KilnError, node_context
 from kiln.ir.graph import Graph, Node, Tensor
 from kiln.numerics.fixedpoint import INT8_MAX, INT8_MIN, activation_range, clamp, requantize
+from kiln.reference.impls import FLOAT_IMPLS
 
 Int8Impl = Callable[[Graph, Node, list[np.ndarray | None]], list[np.ndarray]]
 
@@ -26,8 +27,6 @@ class Int8Table(dict):
     """op name -> Int8Impl; `bind` makes the executor table for one graph."""
 
     def bind(self, graph: Graph) -> dict[str, Callable]:
-        from kiln.reference.executor import FLOAT_IMPLS
-
         ops = sorted(set(self) | set(FLOAT_IMPLS))
         return {op: functools.partial(_dispatch, self.get(op), FLOAT_IMPLS.get(op), graph) for op in ops}
 

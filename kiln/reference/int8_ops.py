@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.ir.graph import Graph, Node
-from kiln.ir.ops import mean_split
+from kiln.ir.kernel_ops import mean_split
 from kiln.numerics.fixedpoint import INT8_MAX, INT8_MIN, clamp, quantize_value, requantize, round_half_away, wrap_int32
 from kiln.numerics.functions import ELEMENTWISE_OPS
 from kiln.numerics.layernorm import layer_norm_params, layer_norm_s8
 from kiln.numerics.lut import apply_lut, op_table
 from kiln.numerics.params import add_params, mean_multiplier, mul_multiplier, requant_multiplier
 from kiln.numerics.softmax import OUTPUT_SCALE, OUTPUT_ZERO_POINT, softmax_params, softmax_s8
-from kiln.reference.executor import FLOAT_IMPLS
+from kiln.reference.impls import FLOAT_IMPLS
 from kiln.reference.int8_common import act_bounds, int8_impl, io_params, qparams, require_same_params, to_output
 
 

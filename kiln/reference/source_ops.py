@@ -6,9 +6,9 @@ from math import erf
 import numpy as np
 
 from kiln.ir.graph import DTYPES, Tensor, dtype_name
-from kiln.ir.ops import nearest_indices, resize_plan, split_sizes
+from kiln.ir.source_ops import nearest_indices, resize_plan, split_sizes
 from kiln.reference import nn
-from kiln.reference.executor import impl
+from kiln.reference.impls import impl
 
 
 def _f64(x):

@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 
 from kiln.errors import KilnError
-from kiln.frontends import Imported
+from kiln.frontends.imported import Imported
 from kiln.frontends.onnx import qdq  # noqa: F401  (registers the Q/DQ handlers)
 from kiln.frontends.onnx.context import Converter, Unsupported
 from kiln.frontends.onnx.convert import convert_nodes, named_nodes, static_problems

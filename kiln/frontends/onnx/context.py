@@ -18,7 +18,7 @@ from kiln.errors import node_context
 from kiln.ir.graph import DTYPES, Graph, Node, QuantParams, Tensor, dtype_name
 from kiln.ir.ops import OPS, OpError
 from kiln.reference import source_ops  # noqa: F401  (registers the source-op implementations)
-from kiln.reference.executor import FLOAT_IMPLS
+from kiln.reference.impls import FLOAT_IMPLS
 
 
 class Unsupported(Exception):

@@ -16,7 +16,7 @@ from onnx import numpy_helper
 
 from kiln.frontends.onnx.context import Converter, OnnxNode, Unsupported
 from kiln.ir.graph import Node, dtype_name
-from kiln.ir.ops import split_sizes
+from kiln.ir.source_ops import split_sizes
 
 Handler = Callable[[Converter, OnnxNode], None]
 StaticCheck = Callable[[OnnxNode, int], "str | None"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.errors import KilnError
-from kiln.frontends import Imported
+from kiln.frontends.imported import Imported
 from kiln.frontends.tflite.convert import HANDLERS, Converter, Unsupported
 from kiln.frontends.tflite.read import TflModel, read_tflite
 from kiln.ir.graph import Graph

@@ -19,7 +19,8 @@ import numpy as np
 
 from kiln.frontends.tflite.read import ACTIVATIONS, TflModel, TflOperator, TflTensor, tfl
 from kiln.ir.graph import Graph, Node, QuantParams, Tensor
-from kiln.ir.ops import OpError, mean_split
+from kiln.ir.kernel_ops import mean_split
+from kiln.ir.ops import OpError
 from kiln.numerics import tflm
 from kiln.numerics.fixedpoint import quantize_value, round_half_away
 

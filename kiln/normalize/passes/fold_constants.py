@@ -13,7 +13,7 @@ import numpy as np
 from kiln.ir.graph import DTYPES, Graph, Node
 from kiln.normalize.rewrite import Rewriter, reshape_quant, transpose_quant
 from kiln.reference import float_ops, source_ops  # noqa: F401  (register implementations)
-from kiln.reference.executor import FLOAT_IMPLS
+from kiln.reference.impls import FLOAT_IMPLS
 
 RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "reshape"})
 

@@ -9,7 +9,7 @@ strided slice; others concatenate one-wide slices.
 from __future__ import annotations
 
 from kiln.ir.graph import Graph, Node
-from kiln.ir.ops import split_sizes
+from kiln.ir.source_ops import split_sizes
 from kiln.normalize.rewrite import Rewriter
 
 

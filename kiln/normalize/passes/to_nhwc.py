@@ -11,7 +11,8 @@ position, computed by the ONNX coordinate rules at compile time.
 from __future__ import annotations
 
 from kiln.ir.graph import Graph, Node
-from kiln.ir.ops import nearest_indices, pool_out, resize_plan
+from kiln.ir.ops import pool_out
+from kiln.ir.source_ops import nearest_indices, resize_plan
 from kiln.normalize.layout import OHWI, conv_attrs, is_conv2d, transposed_constant, wrap_nhwc
 from kiln.normalize.rewrite import Rewriter, no_act
 
