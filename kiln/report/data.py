@@ -5,7 +5,14 @@ kernel symbols, arena offsets), `normalized.kir` and `quantized.kir` with the
 calibration samples the build keeps (per-layer SQNR, as `kiln report` measures it), the
 generated header (weight bytes), and the compiled model — the Cortex-M4
 image `<model>.elf` when that target was built, else the host object
-`<model>.o`.
+`<model>.o`. When a Cortex-M4 build of the model exists (this build root's
+or the `cortex-m4` one beside it) and QEMU is installed, each layer's
+Cortex-M4 instructions come from running that image on the first kept sample.
+
+Floors: a layer whose int8 output is below `LAYER_SQNR_FLOOR_DB` against
+float, and a model whose output is below `OUTPUT_SQNR_FLOOR_DB` or whose
+arena exceeds its lower bound by more than `ARENA_RATIO_CEILING`, is marked
+for the page to highlight.
 """
 from __future__ import annotations
 
@@ -16,13 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+from kiln.check import seeded_inputs
 from kiln.errors import KilnError
 from kiln.ir import load
 from kiln.ir.graph import Graph
 from kiln.quantize.kept import load_samples, report_inputs
 from kiln.quantize.report import report
+from kiln.runio import quantize_inputs
+from kiln.target import qemu
 from kiln.target.macs import node_macs
 from kiln.target.size import size_report
+
+LAYER_SQNR_FLOOR_DB = 20.0  # a layer that loses more than 1% of its signal power to quantization
+OUTPUT_SQNR_FLOOR_DB = 20.0
+ARENA_RATIO_CEILING = 1.05  # the arena against the largest sum of simultaneously live bytes
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,11 @@ class Layer:
     macs: int
     compared: bool  # the float graph has this tensor too
     sqnr_db: float | None  # None: bit-exact (or not compared)
+    m4_instructions: int | None = None  # Cortex-M4 instructions of this layer, when measured
+
+    @property
+    def below_floor(self) -> bool:
+        return self.compared and self.sqnr_db is not None and self.sqnr_db < LAYER_SQNR_FLOOR_DB
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,17 @@ class Step:
     index: int
     node: str
     live_bytes: int
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One arena tensor: where it sits and the schedule steps it lives through."""
+
+    name: str
+    first: int
+    last: int
+    offset: int
+    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -69,10 +99,22 @@ class ModelReport:
     inputs: str  # what the SQNR was measured on: "8 calibration samples (from ...)" or seeded random inputs
     size_source: str  # what the size rows were read from
     sizes: list[SizeRow] = field(default_factory=list)
+    buffers: list[Buffer] = field(default_factory=list)
+    m4_source: str = ""  # where the per-layer Cortex-M4 instructions came from, or why there are none
 
     @property
     def peak(self) -> Step:
         return max(self.steps, key=lambda s: (s.live_bytes, -s.index))
+
+    @property
+    def failed_floors(self) -> list[str]:
+        """The model-level floors this model misses, in words."""
+        failed = []
+        if self.output_sqnr_db is not None and self.output_sqnr_db < OUTPUT_SQNR_FLOOR_DB:
+            failed.append(f"output SQNR below {OUTPUT_SQNR_FLOOR_DB:g} dB")
+        if self.arena_size > ARENA_RATIO_CEILING * self.lower_bound:
+            failed.append(f"arena above {ARENA_RATIO_CEILING:g} x its lower bound")
+        return failed
 
 
 def gather(build: Path, samples: int) -> ModelReport:
@@ -80,14 +122,33 @@ def gather(build: Path, samples: int) -> ModelReport:
     planned, normalized, quantized = (load(build / f"{a}.kir", a) for a in ("planned", "normalized", "quantized"))
     rep = report(normalized, quantized, *report_inputs(normalized, load_samples(build), samples))
     sqnr = {n: e["sqnr_db"] for n, e in rep["tensors"].items()}
-    layers = [_layer(planned, i, sqnr) for i in range(len(planned.nodes))]
+    counts, m4_source = m4_layers(build, planned)
+    layers = [_layer(planned, i, sqnr, counts.get(i)) for i in range(len(planned.nodes))]
     sizes, source = sizes_of(build, planned)
     return ModelReport(
         name=build.name, layers=layers, steps=timeline(planned), arena_size=int(planned.meta["arena_size"]),
         lower_bound=int(planned.meta["lower_bound"]), macs=sum(layer.macs for layer in layers),
         output_sqnr_db=rep["outputs"].get(quantized.outputs[0]), top1_agreement=rep["top1_agreement"],
-        inputs=rep["inputs"], size_source=source, sizes=sizes,
+        inputs=rep["inputs"], size_source=source, sizes=sizes, buffers=buffers(planned), m4_source=m4_source,
     )
+
+
+def m4_layers(build: Path, planned: Graph) -> tuple[dict[int, int], str]:
+    """Each kernel layer's Cortex-M4 instructions (node index -> count) from this model's Cortex-M4 image, run
+    under QEMU on the first kept sample; empty (and why) when there is no image, no QEMU, or another graph."""
+    root = build.parent
+    cortex = (root if root.name == "cortex-m4" else root.parent / "cortex-m4") / build.name
+    elf = cortex / f"{build.name}.elf"
+    if not elf.is_file() or not (cortex / "planned.kir").is_file():
+        return {}, "no Cortex-M4 build of this model (scons target=cortex-m4)"
+    if shutil.which(qemu.QEMU) is None:
+        return {}, f"{qemu.QEMU} not found"
+    image_graph, quantized = load(cortex / "planned.kir", "planned"), load(cortex / "quantized.kir", "quantized")
+    if [n.name for n in image_graph.nodes] != [n.name for n in planned.nodes]:
+        return {}, f"{elf} was built from another graph (rebuild target=cortex-m4)"
+    sample = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(cortex).inputs, 1))
+    run = qemu.run_firmware(elf, image_graph, sample, layers=True)
+    return {lc.index: lc.instructions for lc in run.layers}, f"{elf.relative_to(root.parent).as_posix()} under QEMU, first kept sample"
 
 
 def _shape(graph: Graph, name: str) -> str:
@@ -95,7 +156,7 @@ def _shape(graph: Graph, name: str) -> str:
     return f"{t.dtype}[{', '.join(map(str, t.shape))}]"
 
 
-def _layer(graph: Graph, index: int, sqnr: dict[str, float | None]) -> Layer:
+def _layer(graph: Graph, index: int, sqnr: dict[str, float | None], m4: int | None) -> Layer:
     node = graph.nodes[index]
     out = graph.tensors[node.outputs[0]]
     acts = [i for i in node.inputs if i and not graph.tensors[i].is_constant]
@@ -104,16 +165,12 @@ def _layer(graph: Graph, index: int, sqnr: dict[str, float | None]) -> Layer:
         inputs=[_shape(graph, i) for i in acts], output=_shape(graph, node.outputs[0]),
         memory=str(out.attrs.get("memory", "arena")), offset=int(out.attrs.get("offset", 0)), nbytes=out.nbytes,
         macs=node_macs(graph, node), compared=node.outputs[0] in sqnr, sqnr_db=sqnr.get(node.outputs[0]),
+        m4_instructions=m4,
     )
 
 
-def timeline(graph: Graph) -> list[Step]:
-    """Arena bytes in use at each step of the schedule: the union of the live arena tensors' byte ranges.
-
-    A tensor lives from the step that writes it to the last step that reads
-    it (graph outputs to the end). Aliases and in-place results share their
-    input's bytes, and the union counts those bytes once.
-    """
+def lifetimes(graph: Graph) -> dict[str, tuple[int, int]]:
+    """Each tensor's first and last step: from the step that writes it to the last that reads it (outputs: the end)."""
     last = len(graph.nodes) - 1
     born = {n: 0 for n in graph.inputs}
     dies = {n: last for n in graph.outputs}
@@ -124,8 +181,23 @@ def timeline(graph: Graph) -> list[Step]:
         for i in node.inputs:
             if i in born:
                 dies[i] = max(dies.get(i, step), step)
-    ranges = [(born[n], dies[n], int(t.attrs["offset"]), int(t.attrs["offset"]) + t.nbytes)
-              for n, t in graph.tensors.items() if t.attrs.get("memory") == "arena" and n in born]
+    return {n: (born[n], dies[n]) for n in born}
+
+
+def buffers(graph: Graph) -> list[Buffer]:
+    """The arena tensors with their offsets and lifetimes, in schedule order (aliases share their input's bytes)."""
+    spans = lifetimes(graph)
+    return sorted((Buffer(n, *spans[n], int(t.attrs["offset"]), t.nbytes) for n, t in graph.tensors.items()
+                   if t.attrs.get("memory") == "arena" and n in spans),
+                  key=lambda b: (b.first, b.offset, b.name))
+
+
+def timeline(graph: Graph) -> list[Step]:
+    """Arena bytes in use at each step of the schedule: the union of the live arena tensors' byte ranges.
+
+    Aliases and in-place results share their input's bytes, and the union counts those bytes once.
+    """
+    ranges = [(b.first, b.last, b.offset, b.offset + b.nbytes) for b in buffers(graph)]
     return [Step(s, node.name, _union([(lo, hi) for b, d, lo, hi in ranges if b <= s <= d]))
             for s, node in enumerate(graph.nodes)]
 

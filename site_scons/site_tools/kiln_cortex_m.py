@@ -77,7 +77,8 @@ def kiln_firmware(env, target, models: list[dict], build_root: str) -> list:
     flags = [SCons.Subst.Literal(f"-T{script.path}"), SCons.Subst.Literal(f"-Wl,-Map={map_file.path}")]
     image = env.Program([elf, map_file], objs, LIBS=cortex_m.LIBS, LINKFLAGS=cortex_m.LINKFLAGS + flags)
     env.Depends(image, script)
-    kiln_scons.add_to_report(env, build_root, [elf, map_file])
+    if len(models) == 1:  # a model's own image: the reports show its per-layer instructions
+        kiln_scons.add_image_to_reports(env, build_root, [elf, map_file])
     return image
 
 

@@ -330,18 +330,32 @@ def _help(build_root: str, models: list[dict]) -> None:
 
 
 _REPORTS: dict[str, list] = {}
+_IMAGES: dict[str, list] = {}  # folder holding build roots -> the Cortex-M4 images declared under one of them
 
 
 def add_to_report(env, build_root: str, nodes: list) -> None:
     """`scons report`: `<build root>/report.html` (kiln build-report), rebuilt when a model's artifacts, its
-    compiled code or the compiler change."""
+    compiled code or the compiler change, and built after the Cortex-M4 images beside it (their per-layer counts)."""
     if build_root not in _REPORTS:
         page = env.Command(env.Dir(_literal(build_root)).File("./report.html"), [],
                            SCons.Action.Action(_run_report, "kiln build-report $TARGET"))
         env.Depends(page, [env.fs.File(str(f)) for f in registry.package_files(SOURCE_ROOT)])
+        env.Depends(page, _IMAGES.get(_parent(build_root), []))
         env.Alias("report", page)
         _REPORTS[build_root] = page
     env.Depends(_REPORTS[build_root], nodes)
+
+
+def add_image_to_reports(env, build_root: str, image: list) -> None:
+    """A model's Cortex-M4 image: every report of the build roots beside `build_root` shows its per-layer counts."""
+    _IMAGES.setdefault(_parent(build_root), []).extend(image)
+    for root, page in _REPORTS.items():
+        if _parent(root) == _parent(build_root):
+            env.Depends(page, image)
+
+
+def _parent(build_root: str) -> str:
+    return os.path.dirname(os.path.normpath(build_root))
 
 
 def _run_report(target, source, env) -> int:
