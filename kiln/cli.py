@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from kiln import __version__, config as model_config
-from kiln.errors import KilnError, missing_package
+from kiln.errors import KilnError, missing_package, one_line_errors
 from kiln.stages import STAGES
 
 
@@ -20,19 +19,7 @@ CORE_PACKAGES = ("numpy", "onnx", "flatbuffers", "lz4", "jinja2")
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    try:
-        return args.func(args) or 0
-    except KilnError as exc:
-        print(f"kiln: error: {exc}", file=sys.stderr)
-        return 1
-    except ModuleNotFoundError as exc:
-        print(f"kiln: error: {missing_package(exc)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `kiln inspect ... | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+    return one_line_errors(lambda: args.func(args))
 
 
 def _parser() -> argparse.ArgumentParser:

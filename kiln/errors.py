@@ -1,7 +1,9 @@
 """User-facing errors: one clear line, no traceback, a non-zero exit."""
 from __future__ import annotations
 
+import os
 import sys
+from typing import Callable
 
 # Third-party packages only some sources need, and the pip requirement (an extra) that brings each one.
 EXTRAS = {"torch": "kiln[torch]", "tflite_micro": "kiln[tflite]"}
@@ -23,3 +25,19 @@ def missing_package(exc: ModuleNotFoundError) -> str:
     requirement = EXTRAS.get(top, "kiln")
     return (f"{sys.executable} has no Python package {top!r}, which Kiln needs here: install it into that Python "
             f"({sys.executable} -m pip install '{requirement}'), or set KILN_PYTHON to a Python that has it")
+
+
+def one_line_errors(command: Callable[[], int | None]) -> int:
+    """Run a command as a process's main: a user error (or a package this Python lacks) is one `kiln: error:` line
+    and status 1, Ctrl-C status 130, and a reader that left the pipe (`kiln inspect ... | head`) ends it quietly."""
+    try:
+        return command() or 0
+    except KilnError as exc:
+        print(f"kiln: error: {exc}", file=sys.stderr)
+    except ModuleNotFoundError as exc:
+        print(f"kiln: error: {missing_package(exc)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -21,7 +20,7 @@ import numpy as np
 
 from kiln import config as model_config
 from kiln.atomic import write_atomic
-from kiln.errors import KilnError, missing_package
+from kiln.errors import KilnError, one_line_errors
 from kiln.ir import serialize
 from kiln.stages import Stage, depends_files, stage
 
@@ -123,16 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, required=True, help="the model folder holding model.toml")
     parser.add_argument("--build-dir", type=Path, required=True, help="the model's build folder")
     args = parser.parse_args(argv)
-    try:
-        cfg = model_config.load(args.model_dir / "model.toml")
-        run_stage(args.name, args.build_dir.name, args.model_dir, cfg, args.build_dir)
-    except KilnError as exc:
-        print(f"kiln: error: {exc}", file=sys.stderr)
-        return 1
-    except ModuleNotFoundError as exc:
-        print(f"kiln: error: stage {args.name}: {missing_package(exc)}", file=sys.stderr)
-        return 1
-    return 0
+    return one_line_errors(lambda: run_stage(args.name, args.build_dir.name, args.model_dir,
+                                             model_config.load(args.model_dir / "model.toml"), args.build_dir) and 0)
 
 
 if __name__ == "__main__":
