@@ -118,9 +118,17 @@ def test_installed_kiln_builds_a_firmware_repo_with_plain_scons(venv, tmp_path, 
         lines = [line.split() for line in log_file.read_text().splitlines()]
         assert sorted(Path(module).name for module, _ in lines) == ["kiln.py", "toolchain.py"], lines
         assert all(importer == str(venv / "bin/scons") for _, importer in lines), lines
+    assert re.search(r"^\[1/6\] kiln import gesture$", log, re.M), log  # a cold build counts its stages
+    assert re.search(r"^kiln:   build/gesture: 6 run / 0 cached of 6 stages, arena [\d,]+ B, flash [\d,]+ B", log, re.M), log
+    assert parse_actions(run([venv / "bin/scons", "-Q"], cwd=repo, env=env).stdout)[0] == set()
+    if not hostile:  # the report target, and a broken model.toml next to a good model
+        run([venv / "bin/scons", "-Q", "report"], cwd=repo, env=env)
+        assert 'data-model="gesture"' in (repo / "build/report.html").read_text()
+        (repo / "models/broken").mkdir()
+        (repo / "models/broken/model.toml").write_text('[plan]\nalignement = 8\n')
     help_text = run([venv / "bin/scons", "-h"], cwd=repo, env=env).stdout
     assert "Kiln models (build): gesture" in help_text and "report (build/report.html" in help_text
-    assert parse_actions(run([venv / "bin/scons", "-Q"], cwd=repo, env=env).stdout)[0] == set()
+    assert hostile or re.search(r"^  not built: .*models/broken/model.toml: unknown key 'plan.alignement'", help_text, re.M)
 
 
 def test_a_missing_extra_is_one_line_naming_the_python_to_install_into(venv, tmp_path):
