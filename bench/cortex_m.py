@@ -26,20 +26,21 @@ from pathlib import Path
 
 import numpy as np
 
-from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.codegen import generate
-from toolchain.config import validate
-from toolchain.errors import KilnError
-from toolchain.host import model_prefix
-from toolchain.ir import Graph, load
-from toolchain.lower.abi import KERNELS, bind
-from toolchain.plan import plan
-from toolchain.quantize.kept import load_samples
-from toolchain.runio import quantize_inputs
-from toolchain.target.cortex_m import build_firmware, firmware_model
-from toolchain.target.macs import graph_macs, node_macs
-from toolchain.target.qemu import run_firmware
-from toolchain.target.size import size_report
+from kiln.check import reference_outputs, seeded_inputs
+from kiln.codegen import generate
+from kiln.config import validate
+from kiln.errors import KilnError
+from kiln.host import model_prefix
+from kiln.ir import Graph, load
+from kiln.lower.abi import KERNELS, bind
+from kiln.model_table import firmware_model
+from kiln.plan import plan
+from kiln.quantize.kept import load_samples
+from kiln.runio import quantize_inputs
+from kiln.target.cortex_m import build_firmware
+from kiln.target.macs import graph_macs, node_macs
+from kiln.target.qemu import run_firmware
+from kiln.target.size import size_report
 
 # CMSIS-NN's DSP path on the zoo's layer shapes, instructions per MAC, as issue 18 measured them: the
 # same QEMU mps2-an386 with -icount shift=0 and per-layer hook counts, CMSIS-NN built with gcc 12 -O2.
@@ -145,7 +146,7 @@ def residual_add_share(planned: Graph, fused: list) -> dict[int, float]:
             for fname, text in generate(planned_i, f"layer{i}", defaults["codegen"]).items():
                 (d / fname).write_bytes(text)
             sources.append(d / f"layer{i}.c")
-            models.append(firmware_model(model_prefix(d / f"layer{i}.h"), planned_i))
+            models.append(firmware_model(model_prefix(d / f"layer{i}.h"), (d / f"layer{i}.h").read_text()))
             plans.append(planned_i)
         elf = build_firmware(sources, models, d / "layers.elf")
         counts = [run_firmware(elf, p, [f], model=f"layer{i}", layers=True).layers[0].instructions  # the layer alone, not the I/O copies

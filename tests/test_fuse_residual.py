@@ -1,4 +1,4 @@
-"""toolchain.lower.fuse_residual: a conv2d whose output alone feeds an add or sub becomes one fused node.
+"""kiln.lower.fuse_residual: a conv2d whose output alone feeds an add or sub becomes one fused node.
 
 The value checks (the fused kernel against the reference, on the host and on
 the Cortex-M4) are tests/test_kernels.py's `residual` cases; these check the
@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from kernel_harness import act, q, random_int8
-from toolchain.ir import dumps
-from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
-from toolchain.ir.verify import verify
-from toolchain.lower import fuse_residual, lower
+from kiln.ir import dumps
+from kiln.ir.graph import Graph, Node, QuantParams, Tensor
+from kiln.ir.verify import verify
+from kiln.lower import fuse_residual, lower
 
 LIMIT = 8192
 SHAPE = (1, 6, 6, 8)

@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from toolchain.errors import KilnError
-from toolchain.ir import Graph, Node, QuantParams, Tensor, dumps, loads
-from toolchain.ir.fb import Kir as FbKir
-from toolchain.ir.serialize import FILE_IDENTIFIER, SCHEMA_VERSION
-from toolchain.ir.verify import VerifyError, verify
+from kiln.errors import KilnError
+from kiln.ir import Graph, Node, QuantParams, Tensor, dumps, loads
+from kiln.ir.fb import Kir as FbKir
+from kiln.ir.serialize import FILE_IDENTIFIER, SCHEMA_VERSION
+from kiln.ir.verify import VerifyError, verify
 
 
 def small_graph() -> Graph:

@@ -1,4 +1,4 @@
-"""toolchain.lower.specialize and the fast arithmetic it licenses, against the big-integer model.
+"""kiln.lower.specialize and the fast arithmetic it licenses, against the big-integer model.
 
 - The fast requantization (kiln_simd.h): on the KILN_RQ_FAST domain its
   formula equals arm_nn_requantize plus the zero point for every input, and
@@ -20,10 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel_harness import STUBS, model_requantize
-from toolchain import host
-from toolchain.lower.specialize import KILN_RQ_FAST, KILN_RQ_FULL, add_table, depthwise_scratch, gemm_scratch, requant_facts
-from toolchain.numerics.fixedpoint import clamp, requantize, wrap_int32
-from toolchain.numerics.params import add_params
+from kiln import host
+from kiln.lower.specialize import KILN_RQ_FAST, KILN_RQ_FULL, add_table, depthwise_scratch, gemm_scratch, requant_facts
+from kiln.numerics.fixedpoint import clamp, requantize, wrap_int32
+from kiln.numerics.params import add_params
 
 HARNESS = Path(__file__).parent / "c" / "requant_cases.c"
 ACC = 2**30

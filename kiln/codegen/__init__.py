@@ -1,0 +1,235 @@
+"""The codegen stage: a planned graph into `<model>.c` and `<model>.h` through jinja2 templates.
+
+Every kernel is called the same way — `kernel(&params, inputs..., outputs...)`
+— so this stage knows no op: it emits constants, parameter structs and calls
+in schedule order, with arena/caller pointers from the plan.
+
+Constants the plan marked `lz4_bytes` (`plan.lz4`) are emitted as LZ4 blocks and
+decompressed (`runtime/kiln_lz4.c`) into the node's `lz4_scratch` offsets
+just before the call; a kernel that takes scratch gets the node's `scratch`
+offset as its last argument; inputs and outputs the plan put in the arena are
+copied in at the start of invoke and out at the end. Names from the model
+reach C only through `kiln.names`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from kiln.codegen.config import identifier_problem, section_problem
+from kiln.config import check_model_name
+from kiln.names import c_identifier, c_text
+from kiln.errors import KilnError
+from kiln.ir.graph import Graph, Tensor
+from kiln.lz4 import compress
+from kiln.stages import symbol_prefix
+
+C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "uint8": "uint8_t", "float32": "float"}
+DTYPE_CODES = {"int8": "KILN_INT8", "float32": "KILN_FLOAT32", "uint8": "KILN_UINT8"}
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+@dataclass
+class Constant:
+    name: str
+    ctype: str
+    count: int
+    body: str
+    nbytes: int  # bytes in flash
+
+
+@dataclass
+class Decompress:
+    blob: str
+    blob_bytes: int
+    offset: int
+    raw_bytes: int
+
+
+@dataclass
+class Call:
+    index: int
+    comment: str
+    kernel: str
+    params_type: str
+    params: list[tuple[str, int]]
+    args: list[str]
+    output: str
+    output_bytes: int
+    decompress: list[Decompress]
+
+
+def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
+    """Render the C source and header of `graph` for model `model`."""
+    check_model_name(model, "codegen")
+    for key, problem in (("prefix", identifier_problem), ("weights_section", section_problem)):
+        text = problem(config[key])
+        if text:
+            raise KilnError(f"model {model!r}: codegen.{key}: {text}")
+    prefix = symbol_prefix(model, config)
+    constants, const_names = _constants(graph)
+    calls = [_call(graph, i, n, const_names) for i, n in enumerate(graph.nodes) if n.attrs.get("kernel")]
+    ctx = {
+        "model": c_text(model),
+        "prefix": prefix,
+        "guard": f"KILN_{prefix.upper()}_H",
+        "macro": prefix.upper(),
+        "arena_size": int(graph.meta["arena_size"]),
+        "alignment": int(graph.meta["alignment"]),
+        "weight_bytes": sum(c.nbytes for c in constants),
+        "lz4": bool(graph.meta.get("lz4", 0)),
+        "section": config["weights_section"],
+        "constants": constants,
+        "calls": calls,
+        "inputs": [_io_info(graph, n, i) for i, n in enumerate(graph.inputs)],
+        "outputs": [_io_info(graph, n, i) for i, n in enumerate(graph.outputs)],
+    }
+    header = _ENV.get_template("model.h.j2").render(ctx)
+    source = _ENV.get_template("model.c.j2").render(ctx, header=f"{model}.h")
+    return {f"{model}.c": source.encode(), f"{model}.h": header.encode()}
+
+
+def _constants(graph: Graph) -> tuple[list[Constant], dict[str, str]]:
+    """Constants in order of first use, named by that order (never by model-file names).
+
+    A constant the plan marked `lz4_bytes` is emitted as its LZ4 block (bytes).
+    """
+    names: dict[str, str] = {}
+    out = []
+    for n in graph.nodes:
+        if not n.attrs.get("kernel"):
+            continue
+        for i in n.inputs:
+            t = graph.tensors.get(i)
+            if t is None or not t.is_constant or i in names:
+                continue
+            names[i] = f"k_const{len(names)}"
+            if "lz4_bytes" in t.attrs:
+                blob = _lz4_block(t)
+                out.append(Constant(names[i], "uint8_t", len(blob), _array_body(np.frombuffer(blob, np.uint8)), len(blob)))
+            else:
+                out.append(Constant(names[i], _ctype(t, n.name), max(t.size, 1), _array_body(t.data), t.nbytes))
+    return out, names
+
+
+def _lz4_block(t: Tensor) -> bytes:
+    blob = compress(t.data)
+    if len(blob) != int(t.attrs["lz4_bytes"]):
+        raise KilnError(f"constant {t.name!r}: LZ4 block is {len(blob)} bytes, the plan sized it "
+                        f"{t.attrs['lz4_bytes']}; plan and codegen ran with different lz4 libraries")
+    return blob
+
+
+def _ctype(t: Tensor, where: str) -> str:
+    if t.dtype not in C_TYPES:
+        raise KilnError(f"tensor {t.name!r} used by {where!r}: dtype {t.dtype} has no C type")
+    return C_TYPES[t.dtype]
+
+
+def _array_body(data: np.ndarray) -> str:
+    flat = data.ravel()
+    if flat.size == 0:
+        return "0"
+    if flat.dtype == np.float32:
+        items = [_float_literal(v) for v in flat]
+    else:
+        items = [str(int(v)) for v in flat]
+    per_line = 8 if flat.dtype == np.float32 else 16
+    return ",\n    ".join(", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line))
+
+
+def _float_literal(v: np.float32) -> str:
+    """An exact C99 float literal (hexadecimal), so weights round-trip bit for bit."""
+    f = float(v)
+    if not np.isfinite(f):
+        raise KilnError(f"constant value {f} has no C literal")
+    return f"{f.hex()}f"
+
+
+def _pointer(graph: Graph, name: str, const: bool) -> str:
+    t = graph.tensors[name]
+    ctype = C_TYPES[t.dtype]
+    memory, offset = t.attrs["memory"], int(t.attrs["offset"])
+    qual = "const " if const else ""
+    if memory == "arena":
+        return f"({qual}{ctype} *)(arena + {offset})"
+    index = (graph.inputs if memory == "input" else graph.outputs).index(_root(graph, name))
+    array = "inputs" if memory == "input" else "outputs"
+    return f"({qual}{ctype} *){array}[{index}]"
+
+
+def _root(graph: Graph, name: str) -> str:
+    """The graph input/output that a caller-memory tensor aliases."""
+    if name in graph.inputs or name in graph.outputs:
+        return name
+    producers = graph.producers()
+    node = producers.get(name)
+    while node is not None and node.attrs.get("kernel") == "":
+        name = node.inputs[0]
+        if name in graph.inputs:
+            return name
+        node = producers.get(name)
+    consumers = graph.consumers()
+    for user in consumers.get(name, []):
+        if user.attrs.get("kernel") == "":
+            return _root(graph, user.outputs[0])
+    raise KilnError(f"tensor {name!r} is in caller memory but aliases no graph input or output")
+
+
+def _call(graph: Graph, index: int, node, const_names: dict[str, str]) -> Call:
+    scratch = list(node.attrs.get("lz4_scratch", [-1] * len(node.inputs)))
+    args, decompress = [], []
+    for i, offset in zip(node.inputs, scratch):
+        t = graph.tensors[i]
+        if not t.is_constant:
+            args.append(_pointer(graph, i, const=True))
+        elif offset >= 0:
+            args.append(f"(const {C_TYPES[t.dtype]} *)(arena + {offset})")
+            if all(d.offset != offset for d in decompress):
+                decompress.append(Decompress(const_names[i], int(t.attrs["lz4_bytes"]), int(offset), t.nbytes))
+        else:
+            args.append(const_names[i])
+    args += [_pointer(graph, o, const=False) for o in node.outputs]
+    if "scratch_bytes" in node.attrs:  # the kernel's scratch region, placed by the plan (-1: none)
+        offset = int(node.attrs["scratch"])
+        args.append(f"(void *)(arena + {offset})" if offset >= 0 else "NULL")
+    out = graph.tensors[node.outputs[0]]
+    return Call(
+        index=index,
+        comment=c_text(f"{node.name} ({node.op})"),
+        kernel=c_identifier(node.attrs["kernel"]),
+        params_type=c_identifier(node.attrs["params_type"]),
+        params=list(zip(node.attrs["param_names"], node.attrs["params"])),
+        args=args,
+        output=_pointer(graph, node.outputs[0], const=True),
+        output_bytes=out.nbytes,
+        decompress=decompress,
+    )
+
+
+def _io_info(graph: Graph, name: str, index: int) -> dict:
+    t = graph.tensors[name]
+    if t.dtype not in DTYPE_CODES:
+        raise KilnError(f"graph {graph.name!r}: input/output {name!r} is {t.dtype}; only int8, uint8 and float32 cross the model boundary")
+    q = t.quant
+    in_arena = t.attrs.get("memory") == "arena"
+    return {
+        "index": index,
+        "name": c_text(t.name, 40),
+        "dtype": DTYPE_CODES[t.dtype],
+        "shape": list(t.shape),
+        "bytes": t.nbytes,
+        "scale": repr(float(q.scale[0])) if q else "1.0",
+        "zero_point": q.zero_point[0] if q else 0,
+        "offset": int(t.attrs["offset"]) if in_arena else -1,
+    }

@@ -1,0 +1,12 @@
+"""model.toml `[kernels]` keys, read by the lower stage."""
+from ..config import Key
+
+
+def _non_negative(v: int) -> str | None:
+    return None if v >= 0 else f"{v} is negative"
+
+
+CONFIG = {
+    "profile": Key("profile", str, "portable", "Kernel profile: which set of kernel symbols the generated code calls."),
+    "scratch_limit": Key("scratch_limit", int, 8192, "Most arena bytes one layer's kernel may get as scratch for its fast path (live during that layer only, placed by the plan); 0 gives none.", _non_negative),
+}
