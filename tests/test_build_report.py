@@ -134,12 +134,13 @@ def test_report_has_every_model_and_layer_and_the_timeline(built):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_placement_boxes_never_share_bytes_and_steps(built, model):
-    """The map shows the plan: two tensors that overlap in the arena are never live at the same step (aliases and
-    in-place results, which share their input's bytes on purpose, excepted)."""
+    """The map shows the plan: two tensors (or a step's scratch) that overlap in the arena are never live at the
+    same step (aliases and in-place results, which share an input's bytes on purpose, excepted)."""
     planned = load(built / "build/host" / model / "planned.kir")
     placed = buffers(planned)
-    shared = {(n.inputs[0], n.outputs[0]) for n in planned.nodes if n.inputs and planned.tensors[n.outputs[0]].attrs.get("offset")
-              == planned.tensors[n.inputs[0]].attrs.get("offset")}
+    offset = {name: t.attrs.get("offset") for name, t in planned.tensors.items()}
+    shared = {(i, n.outputs[0]) for n in planned.nodes for i in n.inputs
+              if i and offset.get(i) is not None and offset[i] == offset.get(n.outputs[0])}
     for i, a in enumerate(placed):
         for b in placed[i + 1:]:
             overlap = a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes and a.first <= b.last and b.first <= a.last

@@ -27,6 +27,7 @@ from kiln.check import seeded_inputs
 from kiln.errors import KilnError
 from kiln.ir import load
 from kiln.ir.graph import Graph
+from kiln.plan.buffers import round_up
 from kiln.quantize.kept import load_samples, report_inputs
 from kiln.quantize.report import report
 from kiln.runio import quantize_inputs
@@ -185,11 +186,22 @@ def lifetimes(graph: Graph) -> dict[str, tuple[int, int]]:
 
 
 def buffers(graph: Graph) -> list[Buffer]:
-    """The arena tensors with their offsets and lifetimes, in schedule order (aliases share their input's bytes)."""
+    """The arena tensors with their offsets and lifetimes, in schedule order (aliases share their input's bytes),
+    and each step's scratch (`<node>#scratch<input>` for a decompressed constant, `<node>#scratch` for the
+    kernel's), live during that step only, as large as the plan reserved them (aligned)."""
     spans = lifetimes(graph)
-    return sorted((Buffer(n, *spans[n], int(t.attrs["offset"]), t.nbytes) for n, t in graph.tensors.items()
-                   if t.attrs.get("memory") == "arena" and n in spans),
-                  key=lambda b: (b.first, b.offset, b.name))
+    out = [Buffer(n, *spans[n], int(t.attrs["offset"]), t.nbytes) for n, t in graph.tensors.items()
+           if t.attrs.get("memory") == "arena" and n in spans]
+    align = int(graph.meta.get("alignment", 1))
+    for step, node in enumerate(graph.nodes):
+        for pos, offset in enumerate(node.attrs.get("lz4_scratch", [])):
+            if int(offset) >= 0:
+                out.append(Buffer(f"{node.name}#scratch{pos}", step, step, int(offset),
+                                  round_up(graph.tensors[node.inputs[pos]].nbytes, align)))
+        if int(node.attrs.get("scratch", -1)) >= 0:
+            out.append(Buffer(f"{node.name}#scratch", step, step, int(node.attrs["scratch"]),
+                              round_up(int(node.attrs["scratch_bytes"]), align)))
+    return sorted(out, key=lambda b: (b.first, b.offset, b.name))
 
 
 def timeline(graph: Graph) -> list[Step]:
