@@ -8,7 +8,6 @@ with its host program and the integer reference executor.
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import copy_repo
 from kiln import host
 from kiln.check import reference_outputs, seeded_inputs
 from kiln.cli import resolve_source
@@ -94,7 +94,11 @@ static void spin(uint32_t n)
 {
 #if defined(__arm__)
     if (n != 0u) {
-        __asm__ volatile("1: subs %0, %0, #1\n\tbne 1b" : "+r"(n) : : "cc");
+        __asm__ volatile(".syntax unified\n1: subs %0, %0, #1\n\tbne 1b" : "+r"(n) : : "cc");
+    }
+#elif defined(__riscv)
+    if (n != 0u) {
+        __asm__ volatile("1: addi %0, %0, -1\n\tbnez %0, 1b" : "+r"(n));
     }
 #else
     (void)n;
@@ -202,8 +206,9 @@ def hand_dir(tmp_path_factory) -> Path:
     return d
 
 
-def hand_image(d: Path, tag: str, models: list[cortex_m.FirmwareModel] = HAND_MODELS, cflags: tuple[str, ...] = ()) -> Path:
-    return cortex_m.build_firmware([d / "hand.c"], models, d / tag / "hand.elf", cflags=list(cflags))
+def hand_image(d: Path, tag: str, models: list[cortex_m.FirmwareModel] = HAND_MODELS, cflags: tuple[str, ...] = (),
+               target: str = "cortex-m4") -> Path:
+    return cortex_m.build_firmware([d / "hand.c"], models, d / tag / "hand.elf", cflags=list(cflags), target=target)
 
 
 @pytest.fixture(scope="module")
@@ -368,9 +373,7 @@ def test_model_matches_host_program_and_reference(name, tmp_path):
 def test_scons_cortex_m4_target(tmp_path):
     """`scons target=cortex-m4` in a project with one model: per-model and combined images that run."""
     model = "tiny_cnn" if "tiny_cnn" in MODELS else MODELS[0]
-    shutil.copy(ROOT / "SConstruct", tmp_path)
-    shutil.copytree(ROOT / "site_scons", tmp_path / "site_scons", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "models" / model, tmp_path / "models" / model, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_repo(tmp_path, (model,))
     scons = [sys.executable, "-m", "SCons", "-Q", "-j2"]
     bad = subprocess.run(scons + ["target=bogus"], cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown target 'bogus'" in bad.stdout

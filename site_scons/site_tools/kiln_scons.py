@@ -92,6 +92,7 @@ _KILN = load_registry(PACKAGE).__name__
 buildcache, model_config, errors, manifest, model_table, paths, registry = (
     importlib.import_module(f"{_KILN}.{m}") for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages"))
 write_atomic = importlib.import_module(f"{_KILN}.atomic").write_atomic
+firmware_targets = importlib.import_module(f"{_KILN}.target.targets")
 KilnError = errors.KilnError
 SOURCE_ROOT = PACKAGE.parent  # the folder the registry's `kiln/...` module paths are relative to
 
@@ -640,6 +641,7 @@ def generate(env) -> None:
     env["KILN_PYTHON"] = SCons.Subst.Literal(kiln_python(env))  # one argument, quoted, whatever its path
     if os.name == "posix":
         env["ESCAPE"] = shlex.quote  # SCons's POSIX quoting leaves backquotes live inside its double quotes
+    env["KILN_TARGETS"] = list(firmware_targets.TARGETS)  # the firmware targets (`target=NAME`), as data
     env["KILN_RUNTIME"] = env.Dir(str(paths.runtime()))  # for CPPPATH: kiln_runtime.h, which generated headers include
     for st in registry.STAGES:
         env["BUILDERS"][f"KilnStage_{st.name}"] = SCons.Builder.Builder(action=StageAction(st.name))
