@@ -168,3 +168,39 @@ def test_scons_targets_check_and_target_change(tmp_path):
         rows = {line.split()[0]: line for line in proc.stdout.splitlines()[1:] if line}
         for model, verdict in expect.items():
             assert verdict in rows[model], proc.stdout
+
+
+# -- the kernels' paths per target ---------------------------------------------------------------
+@pytest.mark.parametrize("name", ["cortex-m55", "cortex-m0"])
+def test_kernel_sweeps_match_reference(tmp_path, name):
+    """The int8 conv, depthwise, 1x1 and fully connected kernels over tests/test_cortex_m_kernels.py's seeded sweeps
+    and zoo layer shapes, in one image: the Helium path on the M55, the portable C (no DSP, no unaligned access,
+    no hardware divide) on the M0; each output bit for bit the integer reference's."""
+    from test_cortex_m_kernels import DEFAULTS, PLAN, all_cases
+    from kiln.codegen import generate
+    from kiln.lower import lower
+    from kiln.plan import plan
+    from kiln.reference.executor import run
+    from kiln.reference.int8 import INT8_IMPLS
+
+    built, sources, models = [], [], []
+    for case, graph, feeds in all_cases():
+        planned = plan(lower(graph, {"profile": "portable"}), PLAN)
+        for fname, text in generate(planned, case, DEFAULTS["codegen"]).items():
+            (tmp_path / fname).write_bytes(text)
+        sources.append(tmp_path / f"{case}.c")
+        models.append(firmware_model(host.model_prefix(tmp_path / f"{case}.h"), (tmp_path / f"{case}.h").read_text()))
+        built.append((case, graph, planned, feeds))
+    kernels = {n.attrs["kernel"] for _, _, planned, _ in built for n in planned.nodes}
+    assert {"kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8", "kiln_fully_connected_s8"} <= kernels
+    groups = [built[i::2] for i in range(2)] if name == "cortex-m0" else [built]  # the micro:bit's 256 KB of flash
+    for g, group in enumerate(groups):
+        names = {case for case, *_ in group}
+        image = cortex_m.build_firmware([s for s in sources if s.stem in names],
+                                        [m for m, (case, *_) in zip(models, built) if case in names],
+                                        tmp_path / f"image{g}" / "kernels.elf", target=name)
+        for case, graph, planned, feeds in group:
+            got = qemu.run_firmware(image, planned, [[feeds[n] for n in planned.inputs]], model=case)
+            want = run(graph, feeds, table=INT8_IMPLS)
+            for out, g_ in zip(planned.outputs, got.outputs[0]):
+                assert np.array_equal(g_, want[out]), f"{case} on {name}: {g_.ravel()} != {want[out].ravel()}"
