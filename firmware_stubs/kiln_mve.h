@@ -10,6 +10,7 @@
  *   with tail-predicated loads (VCTP), zero in the unused lanes;
  * - depthwise: 4 channels per vector, widened to int32 lanes on load, a
  *   VMUL and a VADD per tap;
+ * - add and sub of operands of one shape: 4 elements per vector;
  * - requantization, four values at a time: VQRDMULH is arm_nn_requantize's
  *   doubling high multiply (the multipliers are non-negative, so it never
  *   saturates), and its rounding divide by 2^e (half away from zero) is
@@ -47,13 +48,30 @@ static inline kiln_mve_rq_t kiln_mve_rq(const int32_t *mult, const int32_t *shif
     return r;
 }
 
-/* arm_nn_requantize of 4 accumulators, the output zero point added and clamped: the int8 results in int32 lanes. */
-static inline int32x4_t kiln_mve_requantize(const kiln_mve_rq_t *r, int32x4_t acc)
+/* One requantizer (mult, shift) for every lane, with no output range (the inputs of an add). */
+static inline kiln_mve_rq_t kiln_mve_rq_one(int32_t mult, int32_t shift)
+{
+    kiln_mve_rq_t r;
+    r.mult = vdupq_n_s32(mult);
+    r.left = vdupq_n_s32(shift > 0 ? shift : 0);
+    r.right = vdupq_n_s32(shift < 0 ? shift : 0);
+    r.lo = r.hi = vdupq_n_s32(0);
+    r.zp = 0;
+    return r;
+}
+
+/* arm_nn_requantize of 4 values. */
+static inline int32x4_t kiln_mve_requantize_raw(const kiln_mve_rq_t *r, int32x4_t acc)
 {
     const int32x4_t high = vqrdmulhq_s32(vshlq_s32(acc, r->left), r->mult);
     const int32x4_t fixup = vshrq_n_s32(vandq_s32(high, r->right), 31);
-    int32x4_t v = vrshlq_s32(vqaddq_s32(high, fixup), r->right);
-    v = vminq_s32(vmaxq_s32(v, r->lo), r->hi);
+    return vrshlq_s32(vqaddq_s32(high, fixup), r->right);
+}
+
+/* arm_nn_requantize of 4 accumulators, the output zero point added and clamped: the int8 results in int32 lanes. */
+static inline int32x4_t kiln_mve_requantize(const kiln_mve_rq_t *r, int32x4_t acc)
+{
+    const int32x4_t v = vminq_s32(vmaxq_s32(kiln_mve_requantize_raw(r, acc), r->lo), r->hi);
     return vaddq_n_s32(v, r->zp);
 }
 
@@ -284,6 +302,35 @@ static inline int kiln_mve_depthwise_conv2d_s8(const kiln_depthwise_conv2d_s8_pa
                 }
             }
         }
+    }
+    return 1;
+}
+/* kiln_add_s8 (or, with `subtract`, kiln_sub_s8) of two operands of the output's shape (no broadcasting),
+ * 4 elements per vector: each input (x + offset) << left_shift requantized, the sum requantized to the output.
+ * Returns 0 when an operand broadcasts. */
+static inline int kiln_mve_add_s8(const kiln_add_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y,
+                                  int subtract)
+{
+    const int32_t s2 = p->d3, s1 = p->d2 * s2, s0 = p->d1 * s1, n = p->d0 * s0;
+    kiln_mve_rq_t ra, rb, ry;
+    int32_t i;
+    if (p->a_s3 != 1 || p->a_s2 != s2 || p->a_s1 != s1 || p->a_s0 != s0 || p->b_s3 != 1 || p->b_s2 != s2 ||
+        p->b_s1 != s1 || p->b_s0 != s0) {
+        return 0;
+    }
+    ra = kiln_mve_rq_one(p->a_mult, p->a_shift);
+    rb = kiln_mve_rq_one(p->b_mult, p->b_shift);
+    ry = kiln_mve_rq_one(p->out_mult, p->out_shift);
+    ry.lo = vdupq_n_s32(p->act_min - p->out_zp);
+    ry.hi = vdupq_n_s32(p->act_max - p->out_zp);
+    ry.zp = p->out_zp;
+    for (i = 0; i < n; i += 4) {
+        const mve_pred16_t lanes = vctp32q((uint32_t)(n - i));
+        const int32x4_t left = vdupq_n_s32(p->left_shift);
+        const int32x4_t va = vshlq_s32(vaddq_n_s32(vldrbq_z_s32(a + i, lanes), p->a_offset), left);
+        const int32x4_t vb = vshlq_s32(vaddq_n_s32(vldrbq_z_s32(b + i, lanes), p->b_offset), left);
+        const int32x4_t sa = kiln_mve_requantize_raw(&ra, va), sb = kiln_mve_requantize_raw(&rb, vb);
+        vstrbq_p_s32(y + i, kiln_mve_requantize(&ry, subtract ? vsubq_s32(sa, sb) : vaddq_s32(sa, sb)), lanes);
     }
     return 1;
 }
