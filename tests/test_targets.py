@@ -64,6 +64,10 @@ def test_hand_models_counts_and_faults(hand, name):
     with pytest.raises(KilnError, match=r"firmware fault \(exit status \d+\): kiln fault: (MemManage|HardFault|StoreAccessFault) "):
         qemu.run_firmware(image, FAULT, [[np.array([3], np.int8)]], model="hand_fault", timeout=30)
 
+    report = size.size_report(image)
+    assert (report.target, report.flash_size, report.ram_size) == (name, t.flash.length, t.ram.length)
+    assert report.fits and report.stack == t.stack and report.arena == 32 and report.io == 96
+
 
 def needs(build: Path, name: str, target, scratch: Path) -> size.Budget:
     """A compiled model's budget on `target` (its object compiled for the target into `scratch`)."""

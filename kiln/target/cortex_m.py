@@ -30,6 +30,7 @@ TARGET_SYMBOL = "__kiln_target_"
 RUNTIME = runtime()
 HARNESS = RUNTIME / "firmware"
 CFLAGS = STRICT_FLAGS + ["-O2"]
+LIBS = ["m"]
 OVERFLOW = re.compile(r"region `(\w+)' overflowed by (\d+) bytes")
 
 
@@ -57,10 +58,6 @@ def linkflags(t: Target | str | None = None) -> list[str]:
     """Link flags without the linker script and map file: no start files, the C library, unused sections dropped."""
     t = resolve(t)
     return [*t.cpu_flags, "-nostartfiles", *libc_flags(t), "-Wl,--gc-sections", "-Wl,--orphan-handling=error"]
-
-
-def libs(t: Target | str | None = None) -> list[str]:
-    return ["m"]
 
 
 def platform_dir(t: Target | str | None = None) -> Path:
@@ -141,7 +138,7 @@ def build_firmware(sources: list[Path], models: list[FirmwareModel], out: Path, 
         obj.parent.mkdir(parents=True, exist_ok=True)
         _run([cc, *flags, *includes, "-c", str(src), "-o", str(obj)], f"{src}: cross compilation failed")
     link = [cc, *(str(o) for _, o in jobs), *linkflags(t), f"-T{script}", f"-Wl,-Map={out.with_suffix('.map')}",
-            "-o", str(out), *(f"-l{lib}" for lib in libs(t))]
+            "-o", str(out), *(f"-l{lib}" for lib in LIBS)]
     proc = subprocess.run(link, capture_output=True, text=True)
     if proc.returncode != 0:
         out.unlink(missing_ok=True)

@@ -137,7 +137,7 @@ def kiln_firmware(env, target, models: list[dict], build_root: str) -> list:
     # whole flag is quoted (a flag built by substituting a node into text would not be).
     flags = [SCons.Subst.Literal(f"-T{script.path}"), SCons.Subst.Literal(f"-Wl,-Map={map_file.path}")]
     link = SCons.Action.Action(_link_action, _link_show, varlist=["LINK", "LINKFLAGS", "_LIBDIRFLAGS", "_LIBFLAGS"])
-    image = env.Program([elf, map_file], objs, LIBS=cortex_m.libs(_target(env)),
+    image = env.Program([elf, map_file], objs, LIBS=cortex_m.LIBS,
                         LINKFLAGS=cortex_m.linkflags(_target(env)) + flags, LINKCOM=link)
     env.Depends(image, script)
     if len(models) == 1:
