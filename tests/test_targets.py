@@ -23,7 +23,7 @@ from test_cortex_m import FAULT, HAND_C, HAND_MODELS, MUL, NEG, expected_mul, ra
 from kiln import check, host
 from kiln.errors import KilnError
 from kiln.ir import load
-from kiln.model_table import firmware_model, model_sizes
+from kiln.model_table import FirmwareModel, firmware_model, model_sizes
 from kiln.quantize.kept import load_samples
 from kiln.runio import quantize_inputs
 from kiln.stages import STAGES
@@ -207,3 +207,41 @@ def test_kernel_sweeps_match_reference(tmp_path, name):
             want = run(graph, feeds, table=INT8_IMPLS)
             for out, g_ in zip(planned.outputs, got.outputs[0]):
                 assert np.array_equal(g_, want[out]), f"{case} on {name}: {g_.ravel()} != {want[out].ravel()}"
+
+
+UNALIGNED_C = r"""
+#include <stdint.h>
+#include <string.h>
+#include "kiln_runtime.h"
+
+static const kiln_tensor_info_t k_io[1] = {{"v", KILN_INT8, 1, {8}, 8, 1.0f, 0}};
+
+/* Loads the word at v + (v[0] & 3): unaligned unless v[0] is a multiple of 4. */
+static kiln_status_t word_invoke(const void *const *inputs, void *const *outputs, void *arena, size_t arena_size,
+                                 kiln_layer_hook_t hook, void *user)
+{
+    const int8_t *v = (const int8_t *)inputs[0];
+    uint32_t w = *(volatile const uint32_t *)(const void *)(v + (v[0] & 3));
+    (void)arena;
+    (void)arena_size;
+    (void)hook;
+    (void)user;
+    memcpy(outputs[0], &w, 4);
+    memset((int8_t *)outputs[0] + 4, 0, 4);
+    return KILN_OK;
+}
+
+const kiln_model_t word_model = {"word", 0u, 16u, 0u, 1, 1, 0, k_io, k_io, word_invoke};
+"""
+
+
+def test_the_m0_board_faults_on_unaligned_words(tmp_path):
+    """QEMU's micro:bit traps an unaligned word load as the Cortex-M0 does, so the zoo and the kernel sweeps running
+    there bit-exact show that the generated code and the kernels make none."""
+    (tmp_path / "word.c").write_text(UNALIGNED_C)
+    image = cortex_m.build_firmware([tmp_path / "word.c"], [FirmwareModel("word", 0, 16, 32, 0)], tmp_path / "m0" / "word.elf",
+                                    target="cortex-m0")
+    assert qemu.run_elf(image, ["word"], bytes(8)).status == 0
+    faulted = qemu.run_elf(image, ["word"], bytes([1] + [0] * 7))
+    assert faulted.status == 128 + 3 and faulted.fault.startswith("kiln fault: HardFault exception=0x00000003 pc=")
+
