@@ -5,6 +5,7 @@
 #include "kiln_kernels.h"
 #include "kiln_simd.h"
 #include "kiln_stub_math.h"
+#include "kiln_mve.h"
 
 /* Walks the 4-D output; runs `body` with out_index and the element offsets ai, bi of a and b. */
 #define KILN_BROADCAST_LOOP(p, body)                                                                         \
@@ -50,12 +51,22 @@ static int8_t kiln_add_sub_s8_one(const kiln_add_s8_params_t *p, const kiln_add_
 
 void kiln_add_s8(const kiln_add_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
 {
+#ifdef KILN_MVE
+    if (kiln_mve_add_s8(p, a, b, y, 0)) {
+        return;
+    }
+#endif
     const kiln_add_rq_t r = kiln_add_rq(p);
     KILN_BROADCAST_LOOP(p, y[out_index] = kiln_add_sub_s8_one(p, &r, a[ai], b[bi], 0));
 }
 
 void kiln_sub_s8(const kiln_sub_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y)
 {
+#ifdef KILN_MVE
+    if (kiln_mve_add_s8(p, a, b, y, 1)) {
+        return;
+    }
+#endif
     const kiln_add_rq_t r = kiln_add_rq(p);
     KILN_BROADCAST_LOOP(p, y[out_index] = kiln_add_sub_s8_one(p, &r, a[ai], b[bi], 1));
 }

@@ -18,6 +18,7 @@
 #include "kiln_kernels.h"
 #include "kiln_simd.h"
 #include "kiln_stub_math.h"
+#include "kiln_mve.h"
 
 /* Two pixels whose windows lie in the image but for rows outside [ky_lo, ky_hi) (the same for both);
  * x points at pixel 0's tap (ky_lo, 0), pixel 1's is dx further. */
@@ -372,6 +373,11 @@ static void kiln_conv_gemm(const kiln_conv2d_s8_params_t *p, const int8_t *x, co
 void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w, const int32_t *bias,
                     const int32_t *mult, const int32_t *shift, int8_t *y, void *scratch)
 {
+#ifdef KILN_MVE
+    if (kiln_mve_conv2d_s8(p, x, w, bias, mult, shift, y)) {
+        return;
+    }
+#endif
     const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
     const int32_t k = p->k_h * p->k_w * p->in_c;
     int32_t o;

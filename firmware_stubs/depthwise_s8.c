@@ -18,6 +18,7 @@
 #include "kiln_kernels.h"
 #include "kiln_simd.h"
 #include "kiln_stub_math.h"
+#include "kiln_mve.h"
 
 /* The k_h x k_w taps of 4 channels of one pixel: x at tap (0, 0), taps dx and rows dy bytes apart,
  * weights w at tap (0, 0), taps ch bytes apart. */
@@ -464,6 +465,11 @@ static void kiln_dw_strips(const kiln_depthwise_conv2d_s8_params_t *p, const int
 void kiln_depthwise_conv2d_s8(const kiln_depthwise_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w,
                               const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y, void *scratch)
 {
+#ifdef KILN_MVE
+    if (kiln_mve_depthwise_conv2d_s8(p, x, w, bias, mult, shift, y)) {
+        return;
+    }
+#endif
     const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
     const int32_t strip = kiln_dw_strip(p, scratch);
     int32_t c = 0;

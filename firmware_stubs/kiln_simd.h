@@ -179,11 +179,19 @@ KILN_ASM_BLOCK kiln_dot2x2_rows_dsp(kiln_acc2x2_t *acc, const int8_t *x0, const 
 }
 #endif
 
+#include "kiln_v6m.h"
+
 /* acc[p][c] += sum_i xp[i] * wc[i] for i < n: two pixels against two weight rows. */
 static inline void kiln_dot_2x2(kiln_acc2x2_t *acc, const int8_t *x0, const int8_t *x1, const int8_t *w0,
                                 const int8_t *w1, int32_t n)
 {
     int32_t i = 0;
+#ifdef KILN_V6M
+    if (n > 0) {
+        kiln_dot_2x2_v6m(acc, x0, x1, w0, w1, n);
+        return;
+    }
+#endif
 #ifdef KILN_SIMD_DSP
     if (n >= 4) {
         i = n & ~3;

@@ -8,6 +8,7 @@
 #include "kiln_kernels.h"
 #include "kiln_simd.h"
 #include "kiln_stub_math.h"
+#include "kiln_mve.h"
 
 /* y[r][o] = requantize(bias[o] + x[r] . w[o]) for r < rows, o < cols, vectors of length k. */
 static void kiln_matmul_s8(const int8_t *x, const int8_t *w, int32_t rows, int32_t cols, int32_t k,
@@ -91,6 +92,10 @@ static void kiln_matmul_gemm(const int8_t *x, int32_t rows, kiln_gemm_t *g, int8
 void kiln_conv2d_1x1_s8(const kiln_conv2d_1x1_s8_params_t *p, const int8_t *x, const int8_t *w,
                         const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y, void *scratch)
 {
+#ifdef KILN_MVE
+    kiln_mve_matmul_s8(x, w, p->pixels, p->out_c, p->in_c, bias, mult, shift, p->out_zp, p->act_min, p->act_max, y);
+    return;
+#endif
     const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
     if (scratch != NULL && p->scratch_bytes >= 4 * KILN_GEMM_SCRATCH_WORDS(p->in_c, p->out_c) + 3) {
         kiln_gemm_t g;
@@ -113,6 +118,11 @@ void kiln_conv2d_1x1_s8(const kiln_conv2d_1x1_s8_params_t *p, const int8_t *x, c
 void kiln_fully_connected_s8(const kiln_fully_connected_s8_params_t *p, const int8_t *x, const int8_t *w,
                              const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
 {
+#ifdef KILN_MVE
+    kiln_mve_matmul_s8(x, w, p->batches, p->out_features, p->in_features, bias, mult, shift, p->out_zp, p->act_min,
+                       p->act_max, y);
+    return;
+#endif
     const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
     kiln_matmul_s8(x, w, p->batches, p->out_features, p->in_features, bias, mult, shift, &out, y);
 }

@@ -1,16 +1,22 @@
-"""`kiln check`: run every built model's host program and compare it with the reference executor.
+"""`kiln check`: run every built model's program and compare it with the reference executor.
 
-For each model folder under a build root, the program must first be the one
+A build root is `build/host` (host programs) or `build/TARGET` for a
+firmware target of `kiln/target/targets.py` (each model's ELF image, run
+under that target's QEMU board). For each model folder under a build root,
+the program must first be the one
 the build linked from the folder's current graphs (`kiln/manifest.py`):
 a model whose graphs changed since (a partial build such as `scons
 MODEL-quantize`), or that has no program, is reported as out of date or not
 built, never as a mismatch. Up-to-date
 programs run on the calibration samples the build keeps (seeded noise when
 it keeps none), quantized, and their outputs are compared bit for bit with
-the integer reference on the same inputs.
+the integer reference on the same inputs. On a firmware target, a model
+whose image is missing because it cannot fit the board is reported as not
+fitting (its budget, `kiln.target.size.budget`), before any QEMU run.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -52,12 +58,42 @@ def reference_outputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[lis
     return outs
 
 
-def staleness(build: Path) -> str | None:
+def firmware_target(root: Path):
+    """The firmware target a build root is for (`build/cortex-m0`), or None for a host build root."""
+    from kiln.target.targets import TARGETS
+
+    return TARGETS.get(root.resolve().name)
+
+
+def program_path(build: Path, target) -> Path:
+    return build / (f"{build.name}.elf" if target is not None else build.name)
+
+
+def does_not_fit(build: Path, target) -> str | None:
+    """Why a model's image is missing on `target`, when it is because the model cannot fit the board."""
+    from kiln.model_table import firmware_model, model_sizes
+    from kiln.target.size import budget
+
+    name = build.name
+    header, obj = build / f"{name}.h", build / f"{name}.o"
+    if target is None or not header.is_file() or not obj.is_file():
+        return None
+    prefix = re.search(r"^#define (\w+)_ARENA_SIZE \d+u$", header.read_text(), re.M)
+    if prefix is None:
+        return None
+    needs = firmware_model(prefix[1].lower(), header.read_text(), str(header))
+    return budget(name, target, needs.arena_size, needs.io_bytes, model_sizes(header, obj)[1] or 0).problem(target)
+
+
+def staleness(build: Path, target=None) -> str | None:
     """Why the program in `build` is not the one its current graphs make, or None when it is."""
     name = build.name
-    program, record = build / name, build / f"{name}.manifest"
+    program, record = program_path(build, target), build / f"{name}.manifest"
     if not program.is_file() or not record.is_file():
-        return f"not built: no program (run `scons {name}`)"
+        too_big = does_not_fit(build, target)
+        if too_big:
+            return f"does not fit: {too_big}"
+        return f"not built: no program (run `scons {'' if target is None else f'target={target.name} '}{name}`)"
     try:
         changed = changed_since(build, record.read_text())
     except (OSError, ValueError, AttributeError) as exc:
@@ -67,16 +103,21 @@ def staleness(build: Path) -> str | None:
     return None
 
 
-def check_model(build: Path) -> dict:
-    """One row of the check table for the model built in `build`."""
+def check_model(build: Path, target=None) -> dict:
+    """One row of the check table for the model built in `build` (for a firmware `target`, its image under QEMU)."""
     name = build.name
-    row = {"model": name, "samples": 0, "bit_exact": 0, "stale": staleness(build)}
+    row = {"model": name, "samples": 0, "bit_exact": 0, "stale": staleness(build, target)}
     if row["stale"]:
         return row
     quantized, planned = load(build / "quantized.kir", "quantized"), load(build / "planned.kir", "planned")
     kept = load_samples(build)
     samples = quantize_inputs(quantized, seeded_inputs(quantized, kept.inputs))
-    got = host.run_executable(build / name, planned, samples)
+    if target is None:
+        got = host.run_executable(build / name, planned, samples)
+    else:
+        from kiln.target.qemu import run_firmware
+
+        got = run_firmware(program_path(build, target), planned, samples, timeout=300).outputs
     want = reference_outputs(quantized, samples)
     exact = sum(all(np.array_equal(g, w) for g, w in zip(gs, ws)) for gs, ws in zip(got, want))
     weights = sum(t.nbytes for t in planned.tensors.values() if t.is_constant)
@@ -89,11 +130,15 @@ def check_all(root: Path) -> list[dict]:
     builds = sorted(p.parent for p in root.glob("*/imported.kir"))
     if not builds:
         raise KilnError(f"{root}: no built models (run scons first)")
-    return [check_model(b) for b in builds]
+    target = firmware_target(root)
+    return [check_model(b, target) for b in builds]
 
 
 def passed(row: dict) -> bool:
-    return not row["stale"] and row["bit_exact"] == row["samples"]
+    """A model passes when bit-exact, or when it cannot fit the target's board (nothing to run, said so)."""
+    if row["stale"]:
+        return row["stale"].startswith("does not fit:")
+    return row["bit_exact"] == row["samples"]
 
 
 def render(rows: list[dict]) -> str:

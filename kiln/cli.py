@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--json", type=Path, help="also write the report as JSON")
     q.set_defaults(func=_cmd_report)
 
-    k = sub.add_parser("check", help="run every built model's host program against the reference executor")
+    k = sub.add_parser("check", help="run every built model's program (host, or firmware under QEMU: build/TARGET) "
+                       "against the reference executor")
     k.add_argument("build_root", type=Path, nargs="?", default=Path("build/host"))
     k.set_defaults(func=_cmd_check)
 

@@ -1,7 +1,7 @@
 """The C model table a program links: the models' descriptors, and for a firmware the buffers they share.
 
 The host harness (`runtime/host_main.c`) and the Cortex-M harness
-(`runtime/cortex_m4/firmware_main.c`) look models up in `kiln_models`; a
+(`runtime/firmware/firmware_main.c`) look models up in `kiln_models`; a
 firmware's table also holds the arena, the I/O buffer and the layer log,
 sized for the largest linked model. What a model needs of those buffers is
 read from its generated header's macros, so neither a build nor this module

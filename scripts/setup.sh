@@ -6,7 +6,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # chromium: the build report test renders the page headless.
-debs=(chromium flatbuffers-compiler gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)
+# qemu-system-misc, gcc-riscv64-unknown-elf, picolibc-riscv64-unknown-elf: the riscv32 target (virt).
+debs=(chromium flatbuffers-compiler gcc-arm-none-eabi gcc-riscv64-unknown-elf libnewlib-arm-none-eabi
+      picolibc-riscv64-unknown-elf qemu-system-arm qemu-system-misc)
 missing=()
 for pkg in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

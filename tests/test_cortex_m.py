@@ -94,7 +94,11 @@ static void spin(uint32_t n)
 {
 #if defined(__arm__)
     if (n != 0u) {
-        __asm__ volatile("1: subs %0, %0, #1\n\tbne 1b" : "+r"(n) : : "cc");
+        __asm__ volatile(".syntax unified\n1: subs %0, %0, #1\n\tbne 1b" : "+r"(n) : : "cc");
+    }
+#elif defined(__riscv)
+    if (n != 0u) {
+        __asm__ volatile("1: addi %0, %0, -1\n\tbnez %0, 1b" : "+r"(n));
     }
 #else
     (void)n;
@@ -202,8 +206,9 @@ def hand_dir(tmp_path_factory) -> Path:
     return d
 
 
-def hand_image(d: Path, tag: str, models: list[cortex_m.FirmwareModel] = HAND_MODELS, cflags: tuple[str, ...] = ()) -> Path:
-    return cortex_m.build_firmware([d / "hand.c"], models, d / tag / "hand.elf", cflags=list(cflags))
+def hand_image(d: Path, tag: str, models: list[cortex_m.FirmwareModel] = HAND_MODELS, cflags: tuple[str, ...] = (),
+               target: str = "cortex-m4") -> Path:
+    return cortex_m.build_firmware([d / "hand.c"], models, d / tag / "hand.elf", cflags=list(cflags), target=target)
 
 
 @pytest.fixture(scope="module")
@@ -375,7 +380,7 @@ def test_scons_cortex_m4_target(tmp_path):
     proc = subprocess.run(scons + ["target=cortex-m4"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     build = tmp_path / "build" / "cortex-m4"
-    assert not (tmp_path / "build" / "host").exists()
+    assert not (tmp_path / "build" / "host" / model / model).exists()  # the stages ran there, no host program was built
     quantized, planned = load(build / model / "quantized.kir"), load(build / model / "planned.kir")
     samples = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(build / model).inputs, count=3))
     want = reference_outputs(quantized, samples)

@@ -142,8 +142,8 @@ def m4_layers(build: Path, planned: Graph) -> tuple[dict[int, int], str]:
     elf = cortex / f"{build.name}.elf"
     if not elf.is_file() or not (cortex / "planned.kir").is_file():
         return {}, "no Cortex-M4 build of this model (scons target=cortex-m4)"
-    if shutil.which(qemu.QEMU) is None:
-        return {}, f"{qemu.QEMU} not found"
+    if shutil.which("qemu-system-arm") is None:
+        return {}, "qemu-system-arm not found"
     image_graph, quantized = load(cortex / "planned.kir", "planned"), load(cortex / "quantized.kir", "quantized")
     if [n.name for n in image_graph.nodes] != [n.name for n in planned.nodes]:
         return {}, f"{elf} was built from another graph (rebuild target=cortex-m4)"

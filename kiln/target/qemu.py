@@ -1,10 +1,12 @@
-"""Run Cortex-M4 firmware images under QEMU (mps2-an386) and read their reports.
+"""Run firmware images under QEMU, each on its target's board, and read their reports.
 
-QEMU runs with `-icount shift=0` (one instruction per virtual nanosecond,
-so instruction counts are exact and identical across runs) and semihosting
-for the harness's stdin, stdout, stderr and exit status. Every run is bounded
-by coreutils `timeout`, since a core that spins or locks up never exits.
-The report format is the one `runtime/cortex_m4/firmware_main.c` documents.
+An image names the target it was linked for (`kiln.target.elf`), so it runs
+on that target's QEMU machine (`targets.py`). QEMU runs with `-icount
+shift=0` (one instruction per virtual nanosecond, so instruction counts are
+exact and identical across runs) and semihosting for the harness's stdin,
+stdout, stderr and exit status. Every run is bounded by coreutils `timeout`,
+since a core that spins or locks up never exits. The report format is the one
+`runtime/firmware/firmware_main.c` documents.
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ import numpy as np
 from kiln.errors import KilnError
 from kiln.ir.graph import DTYPES, Graph
 
-QEMU = "qemu-system-arm"
-MACHINE = "mps2-an386"
+from .elf import image_target
+from .targets import Target
 EXIT_FAULT = 128  # KILN_EXIT_FAULT in firmware.h: 128 + exception number
 EXIT_MEANINGS = {1: "usage error", 2: "bad input stream", 3: "invoke failed", 4: "model does not fit the firmware's buffers"}
 TIMED_OUT = (124, 137)  # coreutils timeout: TERM worked, or KILL was needed
@@ -63,25 +65,25 @@ class FirmwareRun:
     layers: list[LayerCount] = field(default_factory=list)
 
 
-def qemu_command(elf: Path, args: list[str], timeout: float) -> list[str]:
-    """The command line that runs `elf` with semihosting arguments `args`, bounded by `timeout` seconds."""
+def qemu_command(elf: Path, args: list[str], timeout: float, target: Target) -> list[str]:
+    """The command line that runs `elf` on `target`'s board with semihosting arguments `args`, bounded by `timeout` s."""
     semihosting_args = "".join(f",arg={a.replace(',', ',,')}" for a in [elf.name, *args])
+    board = ["-M", target.machine] + (["-bios", "none"] if target.arch == "riscv" else [])
     return [
         "timeout", "--kill-after=2", f"{timeout:g}",
-        QEMU, "-M", MACHINE, "-nographic", "-monitor", "none", "-serial", "none",
+        target.qemu, *board, "-nographic", "-monitor", "none", "-serial", "none",
         "-icount", "shift=0", "-semihosting-config", f"enable=on,target=native{semihosting_args}",
         "-kernel", str(elf),
     ]
 
 
 def run_elf(elf: Path, args: list[str] | None = None, stdin: bytes = b"", timeout: float = 60.0) -> QemuRun:
-    """Run a firmware image; a fault, a bad status or a timeout is reported in the result, not raised."""
-    for tool in ("timeout", QEMU):
+    """Run a firmware image on its target's board; a fault, a bad status or a timeout is reported in the result."""
+    target = image_target(elf)
+    for tool in ("timeout", target.qemu):
         if shutil.which(tool) is None:
-            raise KilnError(f"{tool!r} not found (scripts/setup.sh installs qemu-system-arm)")
-    if not elf.is_file():
-        raise KilnError(f"{elf}: no firmware image (build it with `scons target=cortex-m4`)")
-    cmd = qemu_command(elf, list(args or []), timeout)
+            raise KilnError(f"{tool!r} not found (scripts/setup.sh installs it)")
+    cmd = qemu_command(elf, list(args or []), timeout, target)
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:

@@ -1,4 +1,4 @@
-"""Flash and RAM use of a Cortex-M firmware image, read from the ELF and its map file.
+"""Flash and RAM use of a firmware image, read from the ELF and its map file, against its board's memory.
 
 Flash is every loaded section in the flash region plus the initial values of
 .data; RAM is .data, .bss (which holds the arena and the I/O buffers) and the
@@ -6,7 +6,15 @@ reserved stack. The generated weights are the `k_const*` arrays, wherever
 `codegen.weights_section` put them. With the link map next to the image, the
 flash and RAM bytes are also split by part: the model's generated code and
 data, the kernels, the runtime, the platform (startup, harness, model table)
-and the C library.
+and the C library. Each image is measured against the memory map of the
+target it names (`targets.py`): the flash and RAM columns say how much of
+the board's memory it takes, and `fits` whether it fits.
+
+`budget()` answers the same question before anything is linked or run, from
+a model's generated header (arena and I/O bytes) and its compiled object
+(code and constants), plus the target's stack and what the platform itself
+takes: a model too large for a board is reported from it, and its link then
+fails with the linker's region overflow (`cortex_m.link_error`).
 
     python -m kiln.target.size [--json FILE] ELF_OR_FOLDER...
 """
@@ -23,8 +31,9 @@ from pathlib import Path
 
 from kiln.errors import KilnError
 
-FLASH = (0x00000000, 0x00400000)
-RAM = (0x20000000, 0x20400000)
+from .elf import image_target
+from .targets import Target
+
 WEIGHT_SYMBOL = re.compile(r"k_const\d+")
 
 
@@ -47,6 +56,9 @@ class SizeReport:
     arena: int
     io: int
     stack: int
+    target: str = ""
+    flash_size: int = 0
+    ram_size: int = 0
     parts: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -57,27 +69,31 @@ class SizeReport:
     def ram(self) -> int:
         return self.data + self.bss + self.stack
 
+    @property
+    def fits(self) -> bool:
+        return self.flash <= self.flash_size and self.ram <= self.ram_size
 
-def _tool(name: str, *args: str) -> str:
-    exe = f"arm-none-eabi-{name}"
+
+def _tool(target: Target, name: str, *args: str) -> str:
+    exe = target.toolchain + name
     if shutil.which(exe) is None:
-        raise KilnError(f"{exe!r} not found (scripts/setup.sh installs gcc-arm-none-eabi)")
+        raise KilnError(f"{exe!r} not found (scripts/setup.sh installs it)")
     proc = subprocess.run([exe, *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise KilnError(f"{args[-1]}: {exe} failed: {proc.stderr.strip()}")
     return proc.stdout
 
 
-def sections(elf: Path) -> list[Section]:
+def sections(elf: Path, target: Target) -> list[Section]:
     """The allocated sections of `elf` (objdump -h)."""
-    text = _tool("objdump", "-h", str(elf))
+    text = _tool(target, "objdump", "-h", str(elf))
     found = re.findall(r"^\s*\d+\s+(\S+)\s+([0-9a-f]+)\s+([0-9a-f]+)\s+[0-9a-f]+\s+[0-9a-f]+\s+\S+\n\s+(.*)$", text, re.M)
     return [Section(name, int(size, 16), int(vma, 16), "LOAD" in flags) for name, size, vma, flags in found if "ALLOC" in flags]
 
 
-def symbol_sizes(elf: Path) -> list[tuple[str, int]]:
+def symbol_sizes(elf: Path, target: Target) -> list[tuple[str, int]]:
     """(name, size) of every sized symbol of `elf` (nm -S)."""
-    rows = (line.split() for line in _tool("nm", "-S", "--defined-only", str(elf)).splitlines())
+    rows = (line.split() for line in _tool(target, "nm", "-S", "--defined-only", str(elf)).splitlines())
     return [(r[3], int(r[1], 16)) for r in rows if len(r) == 4]
 
 
@@ -86,24 +102,26 @@ def _in(region: tuple[int, int], address: int) -> bool:
 
 
 def size_report(elf: Path) -> SizeReport:
-    """The flash and RAM breakdown of one image."""
-    if not elf.is_file():
-        raise KilnError(f"{elf}: no firmware image (build it with `scons target=cortex-m4`)")
-    secs = sections(elf)
-    syms = symbol_sizes(elf)
+    """The flash and RAM breakdown of one image, against its target's memory."""
+    target = image_target(elf)
+    flash = (target.flash.origin, target.flash.origin + target.flash.length)
+    ram = (target.ram.origin, target.ram.origin + target.ram.length)
+    secs = sections(elf, target)
+    syms = symbol_sizes(elf, target)
     by_name = {s.name: s.size for s in secs}
-    read_only = sum(s.size for s in secs if s.loaded and _in(FLASH, s.address))
-    data = sum(s.size for s in secs if s.loaded and _in(RAM, s.address))
+    read_only = sum(s.size for s in secs if s.loaded and _in(flash, s.address))
+    data = sum(s.size for s in secs if s.loaded and _in(ram, s.address))
     stack = by_name.get(".stack", 0)
-    bss = sum(s.size for s in secs if not s.loaded and _in(RAM, s.address)) - stack
+    bss = sum(s.size for s in secs if not s.loaded and _in(ram, s.address)) - stack
     weights = sum(size for name, size in syms if WEIGHT_SYMBOL.fullmatch(name))
     code = by_name.get(".text", 0)
     sym = dict(syms)
     report = SizeReport(str(elf), code, weights, read_only - code - weights, data, bss,
-                        sym.get("kiln_arena", 0), sym.get("kiln_io", 0), stack)
+                        sym.get("kiln_arena", 0), sym.get("kiln_io", 0), stack, target.name,
+                        target.flash.length, target.ram.length)
     map_file = elf.with_suffix(".map")
     if map_file.is_file():
-        report.parts = map_parts(map_file.read_text())
+        report.parts = map_parts(map_file.read_text(), flash, ram)
     return report
 
 
@@ -119,12 +137,12 @@ def part_of(obj: str) -> str:
         return "kernels"
     if "/_runtime/" in obj:
         return "runtime"
-    if "/_cortex_m4/" in obj or obj.endswith("_models.o"):
+    if any(f"/_{d}/" in obj for d in ("firmware", "cortex_m", "riscv32")) or obj.endswith("_models.o"):
         return "platform"
     return "model" if obj.endswith(".o") else "other"
 
 
-def map_parts(text: str) -> dict[str, dict[str, int]]:
+def map_parts(text: str, flash: tuple[int, int], ram: tuple[int, int]) -> dict[str, dict[str, int]]:
     """Flash and RAM bytes per part, from the input sections of a GNU ld map."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("Linker script and memory map")), 0)
@@ -142,32 +160,74 @@ def map_parts(text: str) -> dict[str, dict[str, int]]:
             output = head.group(1)
             continue
         item = _INPUT_SECTION.match(line)
-        if not item or output not in (".text", ".rodata", ".kiln_weights", ".ARM.extab", ".ARM.exidx", ".data", ".bss"):
+        if not item or output not in (".text", ".rodata", ".kiln_weights", ".ARM.extab", ".ARM.exidx", ".data", ".bss",
+                                                   ".rela.dyn"):
             continue
         address, size, obj = int(item.group(2), 16), int(item.group(3), 16), item.group(4)
         if obj == "linker stubs" or size == 0:
             continue
         entry = parts.setdefault(part_of(obj), {"flash": 0, "ram": 0})
-        if _in(FLASH, address) or output == ".data":
+        if _in(flash, address) or output == ".data":
             entry["flash"] += size
-        if _in(RAM, address):
+        if _in(ram, address):
             entry["ram"] += size
     return dict(sorted(parts.items()))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one model needs of a board, known before linking: RAM for its arena, I/O and the stack, flash for its
+    weights and code."""
+
+    model: str
+    target: str
+    arena: int
+    io: int
+    stack: int
+    flash: int
+
+    @property
+    def ram(self) -> int:
+        return self.arena + self.io + self.stack
+
+    def problem(self, target: Target) -> str | None:
+        """One line saying which memory the model overflows and by how much, or None when it may fit."""
+        over = []
+        if self.ram > target.ram.length:
+            over.append(f"RAM needs {self.ram} bytes (arena {self.arena} + io {self.io} + stack {self.stack}) of "
+                        f"{target.ram.length}, over by {self.ram - target.ram.length}")
+        if self.flash > target.flash.length:
+            over.append(f"flash needs {self.flash} bytes (weights and code) of {target.flash.length}, "
+                        f"over by {self.flash - target.flash.length}")
+        if not over:
+            return None
+        return f"{self.model} does not fit {target.name} ({target.board}): {'; '.join(over)}"
+
+
+def budget(model: str, target: Target, arena: int, io: int, flash: int) -> Budget:
+    """A model's needs on `target` from its generated header's arena and I/O bytes and its object's read-only bytes.
+
+    The platform (startup, harness, C library) needs some more of both: a
+    model within the budget can still fail to link, with the linker's region
+    overflow; a model beyond it never links.
+    """
+    return Budget(model, target.name, arena, io, target.stack, flash)
 
 
 def render(reports: list[SizeReport]) -> str:
     cols = ["code", "weights", "constants", "data", "bss", "arena", "io", "stack", "flash", "ram"]
     width = max([len("image")] + [len(r.image) for r in reports]) + 2
-    lines = [f"{'image':<{width}}" + "".join(f"{c:>10}" for c in cols)]
+    lines = [f"{'image':<{width}}" + "".join(f"{c:>10}" for c in cols) + f"  {'target':<11} {'flash %':>7} {'RAM %':>6}"]
     for r in reports:
-        lines.append(f"{r.image:<{width}}" + "".join(f"{getattr(r, c):>10}" for c in cols))
+        use = f"  {r.target:<11} {100 * r.flash / r.flash_size:>7.1f} {100 * r.ram / r.ram_size:>6.1f}"
+        lines.append(f"{r.image:<{width}}" + "".join(f"{getattr(r, c):>10}" for c in cols) + use)
         for part, b in r.parts.items():
             lines.append(f"{'  ' + part:<{width}}{'':>80}{b['flash']:>10}{b['ram']:>10}")
     return "\n".join(lines)
 
 
 def to_json(reports: list[SizeReport]) -> list[dict]:
-    return [dict(asdict(r), flash=r.flash, ram=r.ram) for r in reports]
+    return [dict(asdict(r), flash=r.flash, ram=r.ram, fits=r.fits) for r in reports]
 
 
 def main(argv: list[str] | None = None) -> int:

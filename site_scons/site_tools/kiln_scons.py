@@ -92,6 +92,7 @@ _KILN = load_registry(PACKAGE).__name__
 buildcache, model_config, errors, manifest, model_table, paths, registry = (
     importlib.import_module(f"{_KILN}.{m}") for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages"))
 write_atomic = importlib.import_module(f"{_KILN}.atomic").write_atomic
+firmware_targets = importlib.import_module(f"{_KILN}.target.targets")
 KilnError = errors.KilnError
 SOURCE_ROOT = PACKAGE.parent  # the folder the registry's `kiln/...` module paths are relative to
 
@@ -313,6 +314,39 @@ def _declare_model(env, model_dir, build_root: str) -> dict:
     add_to_report(env, build_root, [n for nodes in stages.values() for n in nodes] + obj)
     return {"name": name, "stages": stages, "object": obj, "prefix": prefix, "build": build, "alias": alias,
             "header": header}
+
+
+def kiln_target_models(env, models: list[dict], build_root: str) -> list[dict]:
+    """`models` (declared by `KilnModels` in their stage root) for another build root, a firmware target's.
+
+    The stages do not depend on the target, so none runs again: each model's
+    stage artifacts are copied into `build_root/<model>/` (what `kiln check`,
+    the benchmarks and the report read there) and its generated C is compiled
+    there by `env`, the target's environment. Returns the models as
+    `KilnModels` does, with the copies as their stage nodes.
+    """
+    found = []
+    for m in models:
+        build = env.Dir(_literal(f"{build_root}/{m['name']}"))
+        stages = {name: [env.Command(build.File("./" + n.name), n, _COPY)[0] for n in nodes]
+                  for name, nodes in m["stages"].items()}
+        copies = [n for nodes in stages.values() for n in nodes]
+        c_source, header = (next(n for n in stages["codegen"] if str(n).endswith(suffix)) for suffix in (".c", ".h"))
+        obj = env.Object(build.File(f"./{m['name']}{env.subst('$OBJSUFFIX')}"), c_source,
+                         CPPPATH=[env.fs.Dir(str(paths.runtime()))])
+        env.Requires(obj, copies)  # the whole folder, for `kiln check` and the report, whenever the model is built
+        add_to_report(env, build_root, copies + obj)
+        found.append(dict(m, stages=stages, object=obj, build=build, header=header))
+    _help(build_root, found)
+    return found
+
+
+def _copy_action(target, source, env):
+    write_atomic(str(target[0]), Path(str(source[0])).read_bytes())
+    return 0
+
+
+_COPY = SCons.Action.Action(_copy_action, "kiln share $TARGET")
 
 
 def _help(build_root: str, models: list[dict]) -> None:
@@ -640,11 +674,13 @@ def generate(env) -> None:
     env["KILN_PYTHON"] = SCons.Subst.Literal(kiln_python(env))  # one argument, quoted, whatever its path
     if os.name == "posix":
         env["ESCAPE"] = shlex.quote  # SCons's POSIX quoting leaves backquotes live inside its double quotes
+    env["KILN_TARGETS"] = list(firmware_targets.TARGETS)  # the firmware targets (`target=NAME`), as data
     env["KILN_RUNTIME"] = env.Dir(str(paths.runtime()))  # for CPPPATH: kiln_runtime.h, which generated headers include
     for st in registry.STAGES:
         env["BUILDERS"][f"KilnStage_{st.name}"] = SCons.Builder.Builder(action=StageAction(st.name))
     env.AddMethod(kiln_model, "KilnModel")
     env.AddMethod(kiln_models, "KilnModels")
+    env.AddMethod(kiln_target_models, "KilnTargetModels")
     env.AddMethod(kiln_errors, "KilnErrors")
     env.AddMethod(kiln_program, "KilnProgram")
     env.AddMethod(kiln_manifest, "KilnManifest")

@@ -1,6 +1,8 @@
-/* Arm semihosting calls (the "Semihosting for AArch32 and AArch64" ABI,
- * version 2): r0 holds the operation, r1 points at its parameter block, and
- * the result comes back in r0. */
+/* Semihosting calls (Arm's "Semihosting for AArch32 and AArch64" ABI,
+ * version 2, which RISC-V's semihosting adopts for RV32): the operation and a
+ * pointer to its parameter block go in r0/r1 (a0/a1), the result comes back
+ * in r0 (a0). The trap is `bkpt 0xab` on Cortex-M and, on RISC-V, an ebreak
+ * between two marker instructions, uncompressed and in one page. */
 #include "semihost.h"
 
 enum {
@@ -15,6 +17,27 @@ enum {
 static const uint32_t k_tt_modes[3] = {0u, 4u, 8u};
 static long g_handles[3] = {-1, -1, -1};
 
+#if defined(__riscv)
+/* A function of its own, 16-byte aligned: the three trap instructions never straddle a page. */
+__asm__(".section .text.kiln_semihost_trap,\"ax\",@progbits\n"
+        ".balign 16\n"
+        "kiln_semihost_trap:\n"
+        ".option push\n"
+        ".option norvc\n"
+        "slli x0, x0, 0x1f\n"
+        "ebreak\n"
+        "srai x0, x0, 7\n"
+        ".option pop\n"
+        "ret\n"
+        ".text\n");
+long kiln_semihost_trap(uint32_t op, const void *args);
+
+static long semihost_call(uint32_t op, const void *args)
+{
+    __asm__ volatile("" ::: "memory"); /* the host reads and writes the parameter block */
+    return (long)(int32_t)kiln_semihost_trap(op, args);
+}
+#else
 static long semihost_call(uint32_t op, const void *args)
 {
     register uint32_t r0 __asm__("r0") = op;
@@ -22,6 +45,7 @@ static long semihost_call(uint32_t op, const void *args)
     __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
     return (long)(int32_t)r0;
 }
+#endif
 
 static long stream_handle(semihost_stream_t stream)
 {

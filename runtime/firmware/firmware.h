@@ -1,5 +1,6 @@
-/* What the Cortex-M firmware harness and its startup share: exit statuses
- * (read by the host-side runner) and the platform services startup.c gives. */
+/* What the firmware harness and each target's startup code share: exit
+ * statuses (read by the host-side runner) and the platform services the
+ * startup code gives (runtime/cortex_m/startup.c, runtime/riscv32/startup.c). */
 #ifndef KILN_FIRMWARE_H
 #define KILN_FIRMWARE_H
 
@@ -13,13 +14,15 @@
 #define KILN_EXIT_INPUT 2       /* short or failed read of the input samples */
 #define KILN_EXIT_INVOKE 3      /* a model's invoke returned an error status */
 #define KILN_EXIT_MEMORY 4      /* a model does not fit the harness's buffers */
-#define KILN_EXIT_FAULT 128     /* + the exception number: 3 HardFault ... 6 UsageFault */
+#define KILN_EXIT_FAULT 128     /* + the exception number (Arm: 3 HardFault ... 6 UsageFault; RISC-V: mcause) */
 
-/* Instructions per SysTick tick under QEMU's -icount shift=0 on MPS2 (25 MHz). */
-#define KILN_INSTRUCTIONS_PER_TICK 40u
-
-/* Processor-clock ticks since reset (SysTick, extended to 64 bits). */
+/* Ticks of the target's counter since reset (SysTick extended to 64 bits on
+ * Cortex-M, minstret on RISC-V). */
 uint64_t kiln_ticks(void);
+
+/* Instructions executed in `ticks` under QEMU's -icount shift=0 (one
+ * instruction per virtual nanosecond): ticks x 10^9 / the counter's clock. */
+uint64_t kiln_instructions(uint64_t ticks);
 
 /* The stack's lowest word (the MPU guard is below it) and its top. */
 uint32_t *kiln_stack_limit(void);

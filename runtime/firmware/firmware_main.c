@@ -1,6 +1,6 @@
 /* Firmware harness: runs a linked model on samples read from host stdin
  * through semihosting, and reports each inference's outputs and instruction
- * count on host stdout — the Cortex-M counterpart of host_main.c, with the
+ * count on host stdout — the firmware counterpart of host_main.c, with the
  * same input stream (each sample: the model's inputs back to back).
  *
  *   args: [--list] [--layers] [MODEL]   (the semihosting command line)
@@ -10,10 +10,11 @@
  *   sample=I instructions=N out0=HEX [out1=HEX ...]
  *   layer sample=I index=K instructions=N name=TEXT        (with --layers)
  *   kiln-firmware end samples=N stack=BYTES
- * Instructions are SysTick ticks x 40 (exact to one tick under QEMU
- * -icount shift=0); with --layers, the hook's own work counts in the totals.
- * The stack figure is the peak use during the run. Exit statuses are the
- * KILN_EXIT_* codes of firmware.h. */
+ * Instructions are the target's counter ticks converted (exact to one tick
+ * under QEMU -icount shift=0: 40 instructions on MPS2, 1 on RISC-V); with
+ * --layers, the hook's own work counts in the totals. The stack figure is
+ * the peak use during the run. Exit statuses are the KILN_EXIT_* codes of
+ * firmware.h. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -174,7 +175,7 @@ static void report_layers(uint32_t sample, const layer_log_t *log)
         put_text("layer");
         put_field("sample", sample);
         put_field("index", (uint64_t)kiln_layer_records[i].layer);
-        put_field("instructions", kiln_layer_records[i].ticks * KILN_INSTRUCTIONS_PER_TICK);
+        put_field("instructions", kiln_instructions(kiln_layer_records[i].ticks));
         put_text(" name=");
         put_text(kiln_layer_records[i].name);
         put_char('\n');
@@ -183,9 +184,7 @@ static void report_layers(uint32_t sample, const layer_log_t *log)
 
 static uint32_t *stack_pointer(void)
 {
-    uint32_t *sp;
-    __asm__ volatile("mov %0, sp" : "=r"(sp));
-    return sp;
+    return (uint32_t *)__builtin_frame_address(0);
 }
 
 /* Fills the unused stack below the caller's frame, for stack_peak(). */
@@ -254,7 +253,7 @@ static int run(const kiln_model_t *m, int layers)
         }
         put_text("sample=");
         put_u64(sample);
-        put_field("instructions", ticks * KILN_INSTRUCTIONS_PER_TICK);
+        put_field("instructions", kiln_instructions(ticks));
         for (i = 0; i < m->n_outputs; ++i) {
             put_text(" out");
             put_u64((uint64_t)i);

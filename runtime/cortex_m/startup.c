@@ -1,8 +1,11 @@
-/* Cortex-M4 startup for the Kiln firmware harness on MPS2 AN386: the vector
- * table, the reset handler (FPU on, .data copied, .bss zeroed, MPU stack guard,
- * SysTick started, then main), and fault handlers that report the fault on
- * host stderr and exit through semihosting with status 128 + exception
- * number, so a crash is a quick, readable failure rather than a hung core. */
+/* Cortex-M startup for the Kiln firmware harness, for every Arm target of
+ * kiln/target/targets.py (Armv6-M, Armv7-M, Armv8-M and Armv8.1-M): the
+ * vector table, the reset handler (FPU and MVE on, .data copied, .bss zeroed,
+ * MPU stack guard where the core has an MPU, SysTick started, then main), and
+ * fault handlers that report the fault on host stderr and exit through
+ * semihosting with status 128 + exception number, so a crash is a quick,
+ * readable failure rather than a hung core. The target's SysTick clock comes
+ * from the build as KILN_CLOCK_HZ. */
 #include <stdint.h>
 
 #include "firmware.h"
@@ -46,32 +49,61 @@ static volatile uint32_t g_systick_wraps;
 #define TO_TEXT(x) STRINGIFY(x)
 uint32_t kiln_fault_stack[FAULT_STACK_WORDS];
 
-static void barrier(void)
+static inline void barrier(void)
 {
     __asm__ volatile("dsb\n\tisb" ::: "memory");
 }
 
 #define GUARD_BYTES 0x00100000u
 
-/* One MPU region with no access over the 1 MB below the stack (which starts
- * RAM, see the linker script); the default memory map stays in force
- * everywhere else (PRIVDEFENA). */
+#if defined(__ARM_ARCH_6M__)
+/* Armv6-M: no configurable faults and no MPU on the nRF51; an overflow runs below RAM, into unmapped memory. */
+#define FAULT_REGISTERS 0
+static void guard_stack(void)
+{
+}
+#else
+#define FAULT_REGISTERS 1
+static void enable_faults(void)
+{
+    SCB_SHCSR |= (1u << 16) | (1u << 17) | (1u << 18); /* MemManage, BusFault, UsageFault */
+    barrier();
+}
+#if defined(__ARM_ARCH_8M_MAIN__) || defined(__ARM_ARCH_8_1M_MAIN__)
+#define MPU_RLAR REG(0xE000EDA0u)
+#define MPU_MAIR0 REG(0xE000EDC0u)
+/* Armv8-M: one region over the 1 MB below the stack, read-only for privileged code and never executable, so a
+ * push there is a MemManage fault; the default memory map stays in force everywhere else (PRIVDEFENA). */
+static void guard_stack(void)
+{
+    const uint32_t base = (uint32_t)(uintptr_t)__kiln_stack_limit - GUARD_BYTES;
+    MPU_MAIR0 = 0x44u; /* attribute 0: normal memory, non-cacheable */
+    MPU_RNR = 0u;
+    MPU_RBAR = base | (2u << 1) /* AP: read-only, privileged */ | 1u /* XN */;
+    MPU_RLAR = ((base + GUARD_BYTES - 1u) & ~0x1Fu) | 1u /* enable, attribute 0 */;
+    MPU_CTRL = (1u << 2) /* PRIVDEFENA */ | 1u /* ENABLE */;
+    enable_faults();
+}
+#else
+/* Armv7-M: one no-access region over the 1 MB below the stack; the default memory map stays in force everywhere
+ * else (PRIVDEFENA). */
 static void guard_stack(void)
 {
     MPU_RNR = 0u;
     MPU_RBAR = (uint32_t)(uintptr_t)__kiln_stack_limit - GUARD_BYTES;
     MPU_RASR = (1u << 28) /* XN */ | (19u << 1) /* 2^(19+1) bytes */ | 1u /* enable */;
     MPU_CTRL = (1u << 2) /* PRIVDEFENA */ | 1u /* ENABLE */;
-    SCB_SHCSR |= (1u << 16) | (1u << 17) | (1u << 18); /* MemManage, BusFault, UsageFault */
-    barrier();
+    enable_faults();
 }
+#endif
+#endif
 
 void kiln_reset_handler(void)
 {
     uint32_t *src = __kiln_data_load;
     uint32_t *dst;
-#if defined(__ARM_FP)
-    SCB_CPACR |= 0xFu << 20; /* full access to CP10 and CP11 */
+#if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
+    SCB_CPACR |= 0xFu << 20; /* full access to CP10 and CP11: the FPU and Helium */
     barrier();
 #endif
     for (dst = __kiln_data_start; dst < __kiln_data_end; ++dst, ++src) {
@@ -108,6 +140,11 @@ uint64_t kiln_ticks(void)
         return (uint64_t)wraps * (KILN_SYSTICK_RELOAD + 1u) - 1u;
     }
     return (uint64_t)wraps * (KILN_SYSTICK_RELOAD + 1u) + (KILN_SYSTICK_RELOAD - value);
+}
+
+uint64_t kiln_instructions(uint64_t ticks)
+{
+    return ticks * 1000000000u / KILN_CLOCK_HZ;
 }
 
 uint32_t *kiln_stack_top(void)
@@ -153,20 +190,26 @@ static void put_field(const char *name, uint32_t value)
 
 void kiln_fault_report(const uint32_t *frame, uint32_t exception)
 {
+#if FAULT_REGISTERS
     uint32_t cfsr = SCB_CFSR;
     MPU_CTRL = 0u;
     barrier();
+#else
+    const uint32_t cfsr = 0u;
+#endif
     semihost_puts(SEMIHOST_STDERR, "kiln fault: ");
     semihost_puts(SEMIHOST_STDERR, exception_name(exception));
     put_field("exception", exception);
-    if ((cfsr & CFSR_STACKING_ERRORS) == 0u) {
+    if ((cfsr & CFSR_STACKING_ERRORS) == 0u && frame >= kiln_stack_limit() && frame + 8 <= kiln_stack_top()) {
         put_field("pc", frame[6]);
         put_field("lr", frame[5]);
     }
+#if FAULT_REGISTERS
     put_field("cfsr", cfsr);
     put_field("hfsr", SCB_HFSR);
     put_field("mmfar", SCB_MMFAR);
     put_field("bfar", SCB_BFAR);
+#endif
     semihost_puts(SEMIHOST_STDERR, "\n");
     semihost_exit(KILN_EXIT_FAULT + (int)exception);
 }
@@ -178,7 +221,8 @@ __attribute__((naked)) static void fault_entry(void)
             "mrs r1, ipsr\n\t"
             "ldr r2, =kiln_fault_stack + 4 * " TO_TEXT(FAULT_STACK_WORDS) "\n\t"
             "mov sp, r2\n\t"
-            "b kiln_fault_report\n\t"
+            "ldr r2, =kiln_fault_report\n\t"
+            "bx r2\n\t"
             ".ltorg");
 }
 
@@ -190,8 +234,8 @@ typedef union {
 #define FAULT {.handler = fault_entry}
 #define FAULT8 FAULT, FAULT, FAULT, FAULT, FAULT, FAULT, FAULT, FAULT
 
-/* 16 system exceptions and the AN386's 32 interrupts. */
-__attribute__((section(".vectors"), used)) static const vector_t k_vectors[48] = {
+/* 16 system exceptions and 96 interrupts (the most any target's board wires). */
+__attribute__((section(".vectors"), used)) static const vector_t k_vectors[112] = {
     [0] = {.stack = __kiln_stack_top},
     [1] = {.handler = kiln_reset_handler},
     FAULT, FAULT, FAULT, FAULT, FAULT,
@@ -199,5 +243,5 @@ __attribute__((section(".vectors"), used)) static const vector_t k_vectors[48] =
     [12] = FAULT,
     [14] = FAULT,
     [15] = {.handler = kiln_systick_handler},
-    FAULT8, FAULT8, FAULT8, FAULT8,
+    FAULT8, FAULT8, FAULT8, FAULT8, FAULT8, FAULT8, FAULT8, FAULT8, FAULT8, FAULT8, FAULT8, FAULT8,
 };
