@@ -73,10 +73,10 @@ class RemoteCache:
                  report: Callable[[str], None] | None = None) -> None:
         environ = os.environ if environ is None else environ
         parts = urllib.parse.urlsplit(url)
+        if "@" in parts.netloc:  # checked first: no message may show a password
+            raise KilnError(f"--kiln-cache: no credentials in the URL; set {TOKEN_ENV}, or {USER_ENV} and {PASSWORD_ENV}")
         if parts.scheme not in ("http", "https"):
             raise KilnError(f"--kiln-cache={url}: a cache server URL starts with http:// or https://")
-        if parts.username is not None or parts.password is not None:
-            raise KilnError(f"--kiln-cache: no credentials in the URL; set {TOKEN_ENV}, or {USER_ENV} and {PASSWORD_ENV}")
         try:
             port = parts.port
         except ValueError:
@@ -92,17 +92,10 @@ class RemoteCache:
         self.report = report or (lambda message: print(f"kiln: {message}", file=sys.stderr))
         self.down: str | None = None  # why the server is no longer used in this build
         self.writes_refused: str | None = None  # why nothing more is stored (the server refuses PUTs)
-        self.stats = {"hits": 0, "misses": 0, "refused": 0, "stored": 0}
         self._lock = threading.Lock()
         self._local = threading.local()  # one keep-alive connection per thread
 
     # -- what the build calls ------------------------------------------------------------------
-    def get(self, key: str) -> Entry | str | None:
-        """The entry stored under `key` if the server has one bound to it and intact; None on a miss; else why not."""
-        found = self._get(key)
-        self._count("hits" if isinstance(found, Entry) else "refused" if isinstance(found, str) else "misses")
-        return found
-
     def put(self, key: str, data: bytes, mode: int) -> bool:
         """Store `data` under `key` (the blob first, then the action result naming it); whether the server took it."""
         if self.readonly or self.down or self.writes_refused or not _KEY.fullmatch(key):
@@ -122,11 +115,10 @@ class RemoteCache:
                         self.report(f"cache server {self.url} refused to store an entry ({self.writes_refused}); "
                                     "not writing to it for the rest of this build")
                 return False
-        self._count("stored")
         return True
 
-    # -- the protocol --------------------------------------------------------------------------
-    def _get(self, key: str) -> Entry | str | None:
+    def get(self, key: str) -> Entry | str | None:
+        """The entry stored under `key` if the server has one bound to it and intact; None on a miss; else why not."""
         if self.down or not _KEY.fullmatch(key):
             return None
         answer = self._call("GET", f"/ac/{key}", limit=MAX_ACTION_RESULT)
@@ -150,6 +142,7 @@ class RemoteCache:
             return "its blob does not match the digest it was stored under"
         return parse_entry(blob, key, self.secret)
 
+    # -- the protocol --------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: bytes | None = None, limit: int = 0):
         """(status, reason, body or why the body was refused), or None once the server is down.
 
@@ -232,10 +225,6 @@ class RemoteCache:
                 return
             self.down = reason
         self.report(f"cache server {self.url} failed ({reason}); building without it for the rest of this build")
-
-    def _count(self, what: str) -> None:
-        with self._lock:
-            self.stats[what] += 1
 
 
 def _read(response: http.client.HTTPResponse, limit: int) -> bytes | str:

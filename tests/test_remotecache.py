@@ -111,6 +111,7 @@ def test_credentials_from_the_environment_reach_a_server_that_requires_them(tmp_
 @pytest.mark.parametrize("url, environ, message", [
     ("http://user:pw@127.0.0.1:1/", {}, "no credentials in the URL"),
     ("ftp://127.0.0.1/", {}, "starts with http:// or https://"),
+    ("ftp://user:pw@127.0.0.1/", {}, "no credentials in the URL"),
     ("http://127.0.0.1:1/?q=1", {}, "without query or fragment"),
     ("http://127.0.0.1:99999/", {}, "invalid port"),
     ("http://127.0.0.1:1/", {"KILN_CACHE_TOKEN": "t", "KILN_CACHE_USER": "u"}, "not both"),
