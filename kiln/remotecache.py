@@ -12,8 +12,8 @@ Nothing the server says is trusted: the blob must hash to the digest, be of
 its size and bind itself to the key being looked up; bodies are bounded,
 redirects are not followed, and anything else is a miss, reported, never a
 wrong build. A server that fails (refuses, times out, answers with an error
-after a few retries) is dropped for the rest of the build with one message,
-so a down or slow server costs at most a few seconds. Standard library only:
+after a few retries, keeps answering late) is dropped for the rest of the
+build with one message, so a down or slow server costs at most a few seconds. Standard library only:
 the SCons process imports this module (docs/build.md, "A cache server").
 """
 from __future__ import annotations
@@ -41,6 +41,7 @@ MAX_ENTRY_BYTES = 256 << 20  # larger entries are neither fetched nor stored
 MIN_RATE = 1 << 20  # bytes per second: a transfer slower than this fails, so a trickling server cannot stall a build
 MAX_ACTION_RESULT = 64 << 10
 RETRIES = 2  # after a refused or reset connection or a 5xx/429 answer; a timeout is never retried
+SLOW_ANSWERS = 3  # answers that start after half the timeout: this many drop the server (each still counts)
 BACKOFF = 0.1  # seconds before the first retry, doubled for the next
 ENTRY_PATH = "kiln-entry"  # the one output file an action result names
 _TRANSIENT = (429, 500, 502, 503, 504)
@@ -92,6 +93,7 @@ class RemoteCache:
         self.report = report or (lambda message: print(f"kiln: {message}", file=sys.stderr))
         self.down: str | None = None  # why the server is no longer used in this build
         self.writes_refused: str | None = None  # why nothing more is stored (the server refuses PUTs)
+        self.slow_answers = 0
         self._lock = threading.Lock()
         self._local = threading.local()  # one keep-alive connection per thread
 
@@ -154,12 +156,17 @@ class RemoteCache:
         attempt = 0
         while not self.down:
             try:
-                status, reason, data = self._request(method, self.prefix + path, body, limit)
+                status, reason, data, waited = self._request(method, self.prefix + path, body, limit)
             except _Failed as failed:
                 if not failed.retry or attempt == RETRIES:
                     self._give_up(str(failed))
                     return None
             else:
+                if waited > self.timeout / 2:  # a server that always answers just in time would cost a build minutes
+                    with self._lock:
+                        self.slow_answers += 1
+                    if self.slow_answers >= SLOW_ANSWERS:
+                        self._give_up(f"{self.slow_answers} answers took over {self.timeout / 2:g} s to start")
                 transient = status in _TRANSIENT
                 if not transient and (status in (200, 404) or method == "PUT"):
                     return status, reason, data
@@ -170,8 +177,9 @@ class RemoteCache:
             attempt += 1
         return None
 
-    def _request(self, method: str, path: str, body: bytes | None, limit: int) -> tuple[int, str, bytes | str | None]:
-        """One request on this thread's connection, within a deadline that a trickling server cannot stretch."""
+    def _request(self, method: str, path: str, body: bytes | None, limit: int) -> tuple[int, str, bytes | str | None, float]:
+        """One request on this thread's connection, within a deadline that a trickling server cannot stretch:
+        (status, reason, body or why it was refused, seconds until the answer started)."""
         conn = self._connection()
         size = len(body) if body else limit
         deadline = self.timeout * 2 + size / MIN_RATE
@@ -188,7 +196,9 @@ class RemoteCache:
             if body is not None:
                 headers["Content-Type"] = "application/octet-stream"
             conn.request(method, path, body=body, headers=headers)
+            sent = time.monotonic()
             response = conn.getresponse()
+            waited = time.monotonic() - sent
             data = _read(response, limit) if method == "GET" and response.status == 200 else response.read(MAX_ACTION_RESULT)
             if isinstance(data, str) or not response.will_close and response.read(1):
                 conn.close()  # a body left unread (or longer than announced) must not be taken for the next answer
@@ -204,7 +214,7 @@ class RemoteCache:
         if cut.is_set():  # what arrived before the cut is not the answer
             conn.close()
             raise _Failed(f"no whole answer within {deadline:.1f} s", retry=False)
-        return response.status, response.reason, data if method == "GET" else None
+        return response.status, response.reason, data if method == "GET" else None, waited
 
     def _connection(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)

@@ -61,9 +61,20 @@ http {{
 """
 
 
+def check_nginx() -> None:
+    """nginx is installed (scripts/setup.sh) with its WebDAV module, or a clear error."""
+    try:
+        built = subprocess.run([NGINX, "-V"], capture_output=True, text=True, timeout=30).stderr
+    except OSError:
+        raise RuntimeError(f"no nginx at {NGINX}: run ./scripts/setup.sh (Debian package nginx)") from None
+    if "--with-http_dav_module" not in built:
+        raise RuntimeError(f"{NGINX} was built without http_dav_module, which PUT needs:\n{built}")
+
+
 @contextlib.contextmanager
 def nginx(folder: Path, root: Path | None = None, auth: str | None = None) -> Iterator[str]:
     """Start nginx on a free port serving `root` (default `folder`/root); yields its URL and stops it afterwards."""
+    check_nginx()
     folder.mkdir(parents=True, exist_ok=True)
     root = root or folder / "root"
     root.mkdir(exist_ok=True)

@@ -271,3 +271,14 @@ def test_action_results_round_trip_through_protobuf():
     message.exit_code = 0
     message.output_files[0].is_executable = True  # fields Kiln does not write are ignored when read
     assert remotecache.blob_digest(message.SerializeToString()) == (digest, 300)
+
+
+def test_a_server_that_always_answers_just_in_time_is_dropped_after_a_few_answers():
+    def late(handler) -> None:
+        time.sleep(0.3)
+        answer(404)(handler)
+
+    with scripted_server(late) as (url, seen):
+        cache = client(url, KILN_CACHE_TIMEOUT="0.5")
+        assert [cache.get(KEY) for _ in range(5)] == [None] * 5
+        assert len(seen) == remotecache.SLOW_ANSWERS and "answers took over 0.25 s to start" in cache.down

@@ -718,14 +718,14 @@ def _use_cache(env) -> None:
 
 def _use_server(env, url: str, readonly: bool) -> None:
     """Turn on the verified cache on the server at `url` (entries keyed by SHA-256 build signatures)."""
-    chosen = SCons.Script.GetOption("hash_format")
-    if chosen not in (None, "sha256"):
-        _error(f"--kiln-cache={url}: a cache server keys entries by SHA-256 signatures; this build sets hash_format={chosen}")
     if url not in _REMOTES:
         try:
             _REMOTES[url] = remotecache.RemoteCache(url, os.environ.get(buildcache.HMAC_KEY_ENV, "").encode() or None, readonly)
         except KilnError as exc:
             _error(str(exc))
+    chosen = SCons.Script.GetOption("hash_format")
+    if chosen not in (None, "sha256"):
+        _error(f"--kiln-cache={url}: a cache server keys entries by SHA-256 signatures; this build sets hash_format={chosen}")
     if readonly:
         _READONLY.add(url)
     if chosen is None:
