@@ -48,7 +48,8 @@ def main() -> None:
     models = args.models or zoo()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        source = copy_repo(work / "source", tuple(models))
+        helpers = [d.name for d in (ROOT / "models").iterdir() if d.is_dir() and not (d / "model.toml").exists()]
+        source = copy_repo(work / "source", (*models, *helpers))  # models/_kit/: code the zoo's model.py files share
         with nginx(work / "nginx") as url:
             first = fresh_clone(source, work / "ci-runner-1" / "repo")
             cold = build(first, url)

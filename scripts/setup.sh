@@ -6,8 +6,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # chromium: the build report test renders the page headless. nginx: the remote cache tests start one (WebDAV PUT)
-# on 127.0.0.1 from a generated config; the package's own service is not needed.
-debs=(chromium flatbuffers-compiler gcc-arm-none-eabi libnewlib-arm-none-eabi nginx qemu-system-arm)
+# on 127.0.0.1 from a generated config (openssl makes its certificate for HTTPS); the package's own service is not needed.
+debs=(chromium flatbuffers-compiler gcc-arm-none-eabi libnewlib-arm-none-eabi nginx openssl qemu-system-arm)
 missing=()
 for pkg in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -28,10 +28,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def nginx_config(folder: Path, root: Path, port: int, auth: str | None = None) -> str:
+def nginx_config(folder: Path, root: Path, port: int, auth: str | None = None, tls: bool = False) -> str:
     """An nginx serving `root` on 127.0.0.1:`port` with WebDAV PUT (creating folders), everything else under `folder`.
 
-    `auth` is a whole `Authorization` header value the server requires (401 without it).
+    `auth` is a whole `Authorization` header value the server requires (401 without it); with `tls`, it speaks
+    HTTPS with the certificate `folder`/cert.pem (`self_signed`).
     """
     # Run as root (a CI container), the workers would switch to `nobody`, who cannot enter a private temp folder.
     user = f"user {pwd.getpwuid(os.geteuid()).pw_name} {grp.getgrgid(os.getegid()).gr_name};" if os.geteuid() == 0 else ""
@@ -49,7 +50,8 @@ http {{
 {temp}
   client_max_body_size 0;
   server {{
-    listen 127.0.0.1:{port};
+    listen 127.0.0.1:{port}{" ssl" if tls else ""};
+    {f"ssl_certificate {folder / 'cert.pem'}; ssl_certificate_key {folder / 'key.pem'};" if tls else ""}
     root {root};
     location / {{
       {check}
@@ -71,22 +73,33 @@ def check_nginx() -> None:
         raise RuntimeError(f"{NGINX} was built without http_dav_module, which PUT needs:\n{built}")
 
 
+def self_signed(folder: Path) -> Path:
+    """A certificate for 127.0.0.1 and its key in `folder` (cert.pem, key.pem); returns the certificate."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(folder / "key.pem"), "-out", str(folder / "cert.pem"), "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return folder / "cert.pem"
+
+
 @contextlib.contextmanager
-def nginx(folder: Path, root: Path | None = None, auth: str | None = None) -> Iterator[str]:
-    """Start nginx on a free port serving `root` (default `folder`/root); yields its URL and stops it afterwards."""
+def nginx(folder: Path, root: Path | None = None, auth: str | None = None, tls: bool = False) -> Iterator[str]:
+    """Start nginx on a free port serving `root` (default `folder`/root); yields its URL and stops it afterwards.
+    With `tls`, it serves HTTPS with a new self-signed certificate, `folder`/cert.pem."""
     check_nginx()
     folder.mkdir(parents=True, exist_ok=True)
+    if tls:
+        self_signed(folder)
     root = root or folder / "root"
     root.mkdir(exist_ok=True)
     for attempt in range(5):  # another process may take the free port before nginx binds it
         port = free_port()
         conf = folder / "nginx.conf"
-        conf.write_text(nginx_config(folder, root, port, auth))
+        conf.write_text(nginx_config(folder, root, port, auth, tls))
         proc = subprocess.Popen([NGINX, "-p", str(folder), "-c", str(conf), "-e", str(folder / "error.log")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             if _wait_listening(port, proc):
-                yield f"http://127.0.0.1:{port}"
+                yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
                 return
         finally:
             if proc.poll() is None:

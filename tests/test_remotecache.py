@@ -108,6 +108,16 @@ def test_credentials_from_the_environment_reach_a_server_that_requires_them(tmp_
         assert anonymous.get(KEY) is None and len(reports) == 1
 
 
+def test_https_checks_the_server_certificate(tmp_path, monkeypatch):
+    with nginx(tmp_path / "nginx", tls=True) as url:
+        assert url.startswith("https://")
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "nginx" / "cert.pem"))  # trusted: OpenSSL's own variable
+        assert client(url).put(KEY, DATA, MODE) and client(url).get(KEY) == Entry(DATA, MODE)
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "nowhere.pem"))  # not trusted: the system's CAs only
+        untrusted = client(url)
+        assert untrusted.get(KEY) is None and "CERTIFICATE_VERIFY_FAILED" in untrusted.down
+
+
 @pytest.mark.parametrize("url, environ, message", [
     ("http://user:pw@127.0.0.1:1/", {}, "no credentials in the URL"),
     ("ftp://127.0.0.1/", {}, "starts with http:// or https://"),
