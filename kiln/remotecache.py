@@ -113,7 +113,7 @@ class RemoteCache:
             if status[0] not in (200, 201, 204):
                 with self._lock:
                     if not self.writes_refused:
-                        self.writes_refused = f"{status[0]} {status[1]}"
+                        self.writes_refused = _printable(f"{status[0]} {status[1]}")
                         self.report(f"cache server {self.url} refused to store an entry ({self.writes_refused}); "
                                     "not writing to it for the rest of this build")
                 return False
@@ -233,15 +233,15 @@ class RemoteCache:
         with self._lock:
             if self.down:
                 return
-            self.down = reason
-        self.report(f"cache server {self.url} failed ({reason}); building without it for the rest of this build")
+            self.down = _printable(reason)
+        self.report(f"cache server {self.url} failed ({self.down}); building without it for the rest of this build")
 
 
 def _read(response: http.client.HTTPResponse, limit: int) -> bytes | str:
     """The body of a 200 answer if it holds at most `limit` bytes, else why not (the rest is never read)."""
     length = response.getheader("Content-Length")
-    if length is not None and (not length.strip().isdigit() or int(length) > limit):
-        return f"announced as {length.strip()[:20]} bytes, over the {limit} expected"
+    if length is not None and (not re.fullmatch(r"[0-9]+", length.strip()) or int(length) > limit):
+        return f"announced as {_printable(length.strip())} bytes, over the {limit} expected"
     data = response.read(limit + 1)
     return data if len(data) <= limit else f"longer than the {limit} bytes expected"
 
@@ -257,12 +257,17 @@ def _cut(conn: http.client.HTTPConnection, cut: threading.Event) -> None:
             pass
 
 
+def _printable(text: str, limit: int = 120) -> str:
+    """Server-chosen text (a reason phrase, a bad status line) as it may reach a terminal: printable ASCII, short."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text[:limit])
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, socket.gaierror):
         return "unknown host"
-    return f"{type(exc).__name__}: {exc}"[:200] if str(exc) else type(exc).__name__
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _timeout(environ: dict[str, str]) -> float:

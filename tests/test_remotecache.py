@@ -262,6 +262,18 @@ def test_lying_answers_are_refused_entries(case):
             assert [path.split("/")[1] for _, path, _ in seen] == ["ac"]  # the blob is never fetched
 
 
+def test_server_text_reaches_the_terminal_printable():
+    def escape(handler) -> None:
+        handler.wfile.write(b"HTTP/1.1 500 \x1b[2J\x1b]0;pwned\x07" + b"x" * 500 + b"\r\nContent-Length: 0\r\n\r\n")
+
+    with scripted_server(escape) as (url, seen):
+        reports: list[str] = []
+        cache = client(url, reports=reports)
+        assert cache.get(KEY) is None and len(reports) == 1
+        assert "500 ?[2J?]0;pwned?x" in reports[0] and len(cache.down) <= 120
+        assert all(" " <= c <= "~" for c in reports[0])
+
+
 def test_garbage_instead_of_http_is_a_failed_server():
     def garbage(handler) -> None:
         handler.wfile.write(b"\x16\x03\x01 not an HTTP answer\r\n\r\n")
