@@ -37,7 +37,9 @@ def reapi_action_result():
     for name, fields in (("Digest", [("hash", 1, T.TYPE_STRING, None), ("size_bytes", 2, T.TYPE_INT64, None)]),
                          ("OutputFile", [("path", 1, T.TYPE_STRING, None), ("digest", 2, T.TYPE_MESSAGE, "Digest"),
                                          ("is_executable", 4, T.TYPE_BOOL, None)]),
-                         ("ActionResult", [("output_files", 2, T.TYPE_MESSAGE, "OutputFile"), ("exit_code", 4, T.TYPE_INT32, None)])):
+                         ("ExecutedActionMetadata", [("worker", 1, T.TYPE_STRING, None)]),
+                         ("ActionResult", [("output_files", 2, T.TYPE_MESSAGE, "OutputFile"), ("exit_code", 4, T.TYPE_INT32, None),
+                                           ("execution_metadata", 9, T.TYPE_MESSAGE, "ExecutedActionMetadata")])):
         message = proto.message_type.add(name=name)
         for field, number, kind, type_name in fields:
             label = T.LABEL_REPEATED if field == "output_files" else T.LABEL_OPTIONAL
@@ -290,8 +292,9 @@ def test_action_results_round_trip_through_protobuf():
     message = reapi_action_result().FromString(raw)
     assert message.SerializeToString() == raw
     assert remotecache.blob_digest(raw) == (digest, 300)
-    message.exit_code = 0
-    message.output_files[0].is_executable = True  # fields Kiln does not write are ignored when read
+    message.exit_code = 3
+    message.output_files[0].is_executable = True  # fields Kiln does not write are ignored when read,
+    message.execution_metadata.worker = "10.0.0.7"  # as bazel-remote adds this one to every action result it stores
     assert remotecache.blob_digest(message.SerializeToString()) == (digest, 300)
 
 
