@@ -7,7 +7,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # chromium: the build report test renders the page headless.
 # qemu-system-misc, gcc-riscv64-unknown-elf, picolibc-riscv64-unknown-elf: the riscv32 target (virt).
-debs=(chromium flatbuffers-compiler gcc-arm-none-eabi gcc-riscv64-unknown-elf libnewlib-arm-none-eabi
+# nginx: the remote cache tests start one (WebDAV PUT) on 127.0.0.1 from a generated config (openssl makes its
+# certificate for HTTPS); the package's own service is not needed.
+debs=(chromium flatbuffers-compiler gcc-arm-none-eabi gcc-riscv64-unknown-elf libnewlib-arm-none-eabi nginx openssl
       picolibc-riscv64-unknown-elf qemu-system-arm qemu-system-misc)
 missing=()
 for pkg in "${debs[@]}"; do

@@ -32,8 +32,10 @@ part of `scons -h`. Only with the shared cache on does it set one global
 option, `hash_format=sha256` (cache entries are named by build signatures),
 and only when the project has not chosen a hash format itself.
 `--kiln-cache=DIR` (or `KILN_CACHE`) turns on the shared build cache
-(`VerifiedCacheDir`); `--kiln-cache-readonly` (or `KILN_CACHE_READONLY=1`)
-reads it without writing anything to it.
+(`VerifiedCacheDir`), `--kiln-cache=http(s)://...` the same cache on a
+server speaking Bazel's HTTP remote-cache protocol (`RemoteCacheDir`);
+`--kiln-cache-readonly` (or `KILN_CACHE_READONLY=1`) reads it without
+writing anything to it.
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ import secrets
 import shlex
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -89,8 +92,9 @@ def load_registry(package: Path) -> ModuleType:
 
 PACKAGE = _kiln_package()
 _KILN = load_registry(PACKAGE).__name__
-buildcache, model_config, errors, manifest, model_table, paths, registry = (
-    importlib.import_module(f"{_KILN}.{m}") for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages"))
+buildcache, model_config, errors, manifest, model_table, paths, registry, remotecache = (
+    importlib.import_module(f"{_KILN}.{m}")
+    for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages", "remotecache"))
 write_atomic = importlib.import_module(f"{_KILN}.atomic").write_atomic
 firmware_targets = importlib.import_module(f"{_KILN}.target.targets")
 KilnError = errors.KilnError
@@ -180,22 +184,32 @@ class Progress:
         entry["seconds"] += seconds
 
     def retrieved(self, node) -> None:
+        if node not in self.stage_nodes:
+            return  # a stage's other outputs: its action is counted once, by its first target
         for (root, model), entry in self.models.items():
             if node in entry["nodes"]:
                 entry["cached"] += 1
 
     def summary(self) -> None:
-        """One line per model the build touched: stages run and from the cache, arena and flash bytes, stage time."""
-        touched = [(k, e) for k, e in sorted(self.models.items()) if e["run"] or e["cached"]]
-        if not touched or SCons.Script.GetOption("silent") or SCons.Script.GetOption("help"):
+        """One line per model the build touched: stages run and from the cache, arena and flash bytes, stage time;
+        then one line per cache the build used: hits, misses, refused entries, entries stored."""
+        if SCons.Script.GetOption("silent") or SCons.Script.GetOption("help"):
             return
-        print(f"kiln: {len(touched)} model(s) rebuilt; per model: stages run / from the cache, arena, flash, stage time")
+        touched = [(k, e) for k, e in sorted(self.models.items()) if e["run"] or e["cached"]]
+        if touched:
+            print(f"kiln: {len(touched)} model(s) rebuilt; per model: stages run / from the cache, arena, flash, stage time")
         for (root, model), e in touched:
             arena, flash = model_table.model_sizes(Path(e["header"].abspath), Path(e["object"].abspath))
             print(f"kiln:   {root}/{model}: {e['run']} run / {e['cached']} cached of {len(registry.STAGES)} stages, "
                   f"arena {_bytes(arena)}, flash {_bytes(flash)}, {e['seconds']:.1f} s")
-        for message in self.broken:
+        for message in self.broken if touched else []:
             print(f"kiln:   not built: {message}")
+        for location, c in sorted(_CACHE_STATS.items()):
+            if any(c.values()):
+                server = _REMOTES.get(location)
+                print(f"kiln: cache {location}: {c['hits']} hits, {c['misses']} misses, {c['refused']} entries refused, "
+                      f"{c['stored']} stored" + (" (read-only)" if location in _READONLY else "")
+                      + (f"; not used after it failed ({server.down})" if server and server.down else ""))
 
 
 def _node(target):
@@ -357,7 +371,7 @@ def _help(build_root: str, models: list[dict]) -> None:
         f"  stages, in order: {', '.join(s.name for s in registry.STAGES)}\n"
         "  targets: MODEL (its stages and object, and what the SConstruct adds), MODEL-STAGE (one model up to one stage),\n"
         f"           report ({build_root}/report.html: layers, memory and sizes of every model)\n"
-        "  options: --kiln-cache=DIR (or KILN_CACHE) shares stage results between builds and clones;\n"
+        "  options: --kiln-cache=DIR or =http(s)://SERVER (or KILN_CACHE) shares stage results between builds and clones;\n"
         "           --kiln-cache-readonly (or KILN_CACHE_READONLY=1) reads it and never writes (untrusted builds);\n"
         "           KILN_PYTHON=PYTHON runs the stages with that Python (default: the one Kiln is installed in)\n",
         append=True, local_only=True)
@@ -536,13 +550,18 @@ class VerifiedCacheDir(SCons.CacheDir.CacheDir):
         if cachefile is None:
             return None
         if cachefile not in self._entries:
-            raw = buildcache.read_regular(cachefile) if not os.path.islink(cachedir) else "in a symlinked folder"
-            found = buildcache.parse_entry(raw, os.path.basename(cachefile), self.secret) if isinstance(raw, bytes) else raw
+            found = self.fetch(cachedir, cachefile)
             if isinstance(found, str):
                 print(f"kiln: cache entry {cachefile} for {node} is corrupted ({found}); ignoring it and rebuilding",
                       file=sys.stderr)
+                _count(self.path, "refused")
             self._entries[cachefile] = found if isinstance(found, buildcache.Entry) else None
         return self._entries[cachefile]
+
+    def fetch(self, cachedir: str, cachefile: str):
+        """The entry at `cachefile` (None when absent, the reason when it is refused)."""
+        raw = buildcache.read_regular(cachefile) if not os.path.islink(cachedir) else "in a symlinked folder"
+        return buildcache.parse_entry(raw, os.path.basename(cachefile), self.secret) if isinstance(raw, bytes) else raw
 
     def retrieve(self, node) -> bool:
         if not self.is_enabled():
@@ -564,12 +583,18 @@ class VerifiedCacheDir(SCons.CacheDir.CacheDir):
         if self.entry(node) is not None:
             return  # a valid entry is there already (a concurrent build's)
         cachedir, cachefile = self.cachepath(node)
+        data, mode = Path(path).read_bytes(), stat.S_IMODE(os.stat(path).st_mode)
+        if self.store(cachedir, cachefile, data, mode):
+            self._entries[cachefile] = buildcache.Entry(data, mode)
+            _count(self.path, "stored")
+
+    def store(self, cachedir: str, cachefile: str, data: bytes, mode: int) -> bool:
+        """Write an entry under a temporary name, then rename it; False (with a warning) when the folder refuses."""
         try:
             if os.path.islink(cachedir):
                 raise OSError(f"{cachedir} is a symlink")
             os.makedirs(cachedir, exist_ok=True)
-            data = Path(path).read_bytes()
-            entry = buildcache.entry_bytes(os.path.basename(cachefile), data, stat.S_IMODE(os.stat(path).st_mode), self.secret)
+            entry = buildcache.entry_bytes(os.path.basename(cachefile), data, mode, self.secret)
             tmp = os.path.join(cachedir, f".{os.path.basename(cachefile)}.{secrets.token_hex(8)}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
             try:
@@ -579,9 +604,16 @@ class VerifiedCacheDir(SCons.CacheDir.CacheDir):
             except BaseException:
                 os.unlink(tmp)
                 raise
-            self._entries[cachefile] = buildcache.Entry(data, stat.S_IMODE(os.stat(path).st_mode))
+            return True
         except OSError as exc:  # a full or unwritable cache never fails the build
             SCons.Warnings.warn(SCons.Warnings.CacheWriteErrorWarning, f"kiln: cannot write cache entry {cachefile} ({exc})")
+            return False
+
+    def touch(self, node) -> None:
+        """A hit keeps the entry young for age-based cleaning (not in a read-only cache)."""
+        if not self.is_readonly():
+            with contextlib.suppress(OSError):
+                os.utime(self.cachepath(node)[1], follow_symlinks=False)
 
     def get_cachedir_csig(self, node) -> str | None:
         found = self.entry(node)
@@ -604,12 +636,60 @@ class ReadOnlyVerifiedCacheDir(VerifiedCacheDir):
             raise SCons.Errors.UserError(f"kiln: cache folder {path}: its config is not a JSON object")
 
 
+class RemoteCacheDir(VerifiedCacheDir):
+    """The verified cache on a server speaking Bazel's HTTP remote-cache protocol (`kiln/remotecache.py`).
+
+    Entries are the same as in a folder, keyed by the same SHA-256 build
+    signatures. One client per URL serves every environment of the build, so
+    a server that fails is dropped once, for all of them.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.server = _REMOTES[url]
+        self.secret = self.server.secret
+        self._entries = {}
+        SCons.CacheDir.CacheDir.__init__(self, url)
+
+    def _readconfig(self, path: str) -> None:
+        self.config = {"prefix_len": SCons.CacheDir.CACHE_PREFIX_LEN}  # nothing to read: keys name entries directly
+
+    def is_readonly(self) -> bool:
+        return self.server.readonly or SCons.CacheDir.cache_readonly
+
+    def cachepath(self, node) -> tuple:
+        if not self.is_enabled():
+            return None, None
+        return self.path, f"{self.path.rstrip('/')}/ac/{node.get_cachedir_bsig()}"
+
+    def fetch(self, cachedir: str, cachefile: str):
+        return self.server.get(cachefile.rpartition("/")[2])
+
+    def store(self, cachedir: str, cachefile: str, data: bytes, mode: int) -> bool:
+        return self.server.put(cachefile.rpartition("/")[2], data, mode)
+
+    def touch(self, node) -> None:
+        """The server ages its own entries (bazel-remote by last access)."""
+
+
+_REMOTES: dict = {}  # URL -> the RemoteCache client every environment of this build shares
+_READONLY: set[str] = set()  # the caches this build only reads
+_CACHE_STATS: dict[str, dict[str, int]] = {}  # cache folder or URL -> hits, misses, refused, stored
+_STATS_LOCK = threading.Lock()
+
+
+def _count(location: str, what: str) -> None:
+    with _STATS_LOCK:
+        stats = _CACHE_STATS.setdefault(location, {"hits": 0, "misses": 0, "refused": 0, "stored": 0})
+        stats[what] += 1
+
+
 def _retrieve(target, source, env) -> int:
     """Write a target from its verified cache entry (0), or report a miss (1)."""
     node = target[0]
     cd = env.get_CacheDir()
     cd.requests += 1
     found = cd.entry(node)
+    _count(cd.path, "misses" if found is None else "hits")
     if found is None:
         return 1
     cd.hits += 1
@@ -618,9 +698,7 @@ def _retrieve(target, source, env) -> int:
         path = node.get_internal_path()
         write_atomic(path, found.data)
         os.chmod(path, found.mode | stat.S_IWUSR)
-        if not cd.is_readonly():  # a hit keeps the entry young for age-based cleaning
-            with contextlib.suppress(OSError):
-                os.utime(cd.cachepath(node)[1], follow_symlinks=False)
+        cd.touch(node)
     return 0
 
 
@@ -640,8 +718,9 @@ def _add_options() -> bool:
         return False
     except AttributeError:
         pass
-    SCons.Script.AddOption("--kiln-cache", dest="kiln_cache", metavar="DIR", default="",
-                           help="Kiln: share built artifacts through the cache folder DIR (default: $KILN_CACHE)")
+    SCons.Script.AddOption("--kiln-cache", dest="kiln_cache", metavar="DIR|URL", default="",
+                           help="Kiln: share built artifacts through the cache folder DIR, or a Bazel remote-cache "
+                                "server at http(s)://URL (default: $KILN_CACHE)")
     SCons.Script.AddOption("--kiln-cache-readonly", dest="kiln_cache_readonly", action="store_true", default=False,
                            help="Kiln: read the cache, never write to it, for untrusted builds (or KILN_CACHE_READONLY=1)")
     atexit.register(_PROGRESS.summary)
@@ -649,12 +728,15 @@ def _add_options() -> bool:
 
 
 def _use_cache(env) -> None:
-    """Turn on the verified cache when `--kiln-cache`/`KILN_CACHE` names a folder."""
+    """Turn on the verified cache when `--kiln-cache`/`KILN_CACHE` names a folder or a server."""
     folder = SCons.Script.GetOption("kiln_cache") or os.environ.get("KILN_CACHE", "")
     readonly = SCons.Script.GetOption("kiln_cache_readonly") or os.environ.get("KILN_CACHE_READONLY", "") == "1"
     if not folder:
         if readonly:
             _error("--kiln-cache-readonly needs a cache folder (--kiln-cache=DIR or KILN_CACHE)")
+        return
+    if remotecache.is_url(folder):
+        _use_server(env, folder, readonly)
         return
     folder = os.path.join(SCons.Script.GetLaunchDir(), os.path.expanduser(folder))
     if readonly and not os.path.isdir(folder):
@@ -663,7 +745,26 @@ def _use_cache(env) -> None:
     if SCons.Script.GetOption("hash_format") is None:
         # Entries are named by build signatures: SHA-256 ones (SCons applies the option after reading the SConscripts).
         SCons.Script.SetOption("hash_format", "sha256")
+    if readonly:
+        _READONLY.add(folder)
     env.CacheDir(folder, custom_class=ReadOnlyVerifiedCacheDir if readonly else VerifiedCacheDir)
+
+
+def _use_server(env, url: str, readonly: bool) -> None:
+    """Turn on the verified cache on the server at `url` (entries keyed by SHA-256 build signatures)."""
+    if url not in _REMOTES:
+        try:
+            _REMOTES[url] = remotecache.RemoteCache(url, os.environ.get(buildcache.HMAC_KEY_ENV, "").encode() or None, readonly)
+        except KilnError as exc:
+            _error(str(exc))
+    chosen = SCons.Script.GetOption("hash_format")
+    if chosen not in (None, "sha256"):
+        _error(f"--kiln-cache={url}: a cache server keys entries by SHA-256 signatures; this build sets hash_format={chosen}")
+    if readonly:
+        _READONLY.add(url)
+    if chosen is None:
+        SCons.Script.SetOption("hash_format", "sha256")
+    env.CacheDir(url, custom_class=RemoteCacheDir)
 
 
 def generate(env) -> None:
