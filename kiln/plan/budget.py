@@ -128,11 +128,13 @@ def evaluate(g: Graph, base: list[Buffer], t: Tiling | None, scratch: Scratch, l
     return Option(g, scratch, level, t, bufs, extras, bound, extra)
 
 
-def options(g: Graph, config: dict) -> list[Option]:
-    """Every candidate over the scratch levels, cheapest first: layer by layer, then each tiling of the leading run."""
+def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
+            only: tuple[int, tuple[int, int]] | None = None) -> list[Option]:
+    """Every candidate over the scratch levels, cheapest first: layer by layer, then each tiling of the leading run
+    (`only`: just the tiling of steps up to that stop as that grid)."""
     align = int(config["alignment"])
     found = []
-    for level in LEVELS:
+    for level in levels:
         shrunk = shrink_scratch(g, level)
         scratch = plan_scratch(shrunk, align, bool(config["lz4"]))
         steps = {n.name: s for s, n in enumerate(shrunk.nodes)}
@@ -140,6 +142,8 @@ def options(g: Graph, config: dict) -> list[Option]:
                        scratch={steps[node]: size for node, size in scratch.sizes.items()})
         start, stop = leading_run(shrunk, scratch)
         runs = [None] + (tiling.candidates(shrunk, start, stop) if stop > start else [])
+        if only:
+            runs = [t for t in runs if t and (t.stop, t.grid) == only]
         found += [evaluate(shrunk, base, t, scratch, level, align) for t in runs]
     return sorted(found, key=lambda p: (p.rank, p.tiling.stop if p.tiling else 0, p.tiling.grid if p.tiling else (1, 1)))
 
@@ -263,10 +267,9 @@ def plan_tiled(graph: Graph, config: dict, stop: int, grid: tuple[int, int], lev
 
     untiled = plan(graph, dict(config, budget=0, reorder=False))
     g = graph.copy()
-    for p in options(g, config):
-        if p.level == level and p.tiling and (p.tiling.stop, p.tiling.grid) == (stop, tuple(grid)):
-            _placed(p, int(config["alignment"]))
-            return finish(g, p, config, "given", untiled.meta["arena_size"], untiled.meta["lower_bound"], _annotate)
+    for p in options(g, config, (level,), (stop, tuple(grid))):
+        _placed(p, int(config["alignment"]))
+        return finish(g, p, config, "given", untiled.meta["arena_size"], untiled.meta["lower_bound"], _annotate)
     raise KilnError(f"graph {graph.name!r}: no tiling of steps up to {stop} as a {grid[0]}x{grid[1]} grid")
 
 
