@@ -22,11 +22,13 @@ from model_builds import ModelBuilds, shared_root
 from kiln import host
 from kiln.check import reference_outputs
 from kiln.codegen import generate
+from kiln.inspect import describe, render
 from kiln.ir import Graph, Node, QuantParams, Tensor, load
 from kiln.lower import lower
 from kiln.model_table import firmware_model
 from kiln.plan import plan
 from kiln.plan.budget import LEVELS, options, plan_tiled
+from kiln.report.data import tiling_text, timeline
 from kiln.target import cortex_m, qemu
 
 PLAN = {"alignment": 16, "budget": 0, "io_in_arena": True, "reorder": False, "in_place": True, "lz4": False}
@@ -180,3 +182,16 @@ def test_tiled_plans_bit_exact_on_cortex_m4(cases, tmp_path):
         run = qemu.run_firmware(elf, planned, feeds, model=name)
         for g, w in zip(run.outputs, reference_outputs(graph, feeds)):
             assert all(np.array_equal(a, b) for a, b in zip(g, w)), name
+
+
+def test_inspect_and_the_build_report_show_the_tiled_run(cases):
+    """`kiln inspect` names the run, grid and recomputed MACs; the report's memory timeline counts one tile's buffers."""
+    planned = cases["kws_dscnn"][1]
+    start, stop = planned.meta["tiled_run"]
+    text = render(describe(planned))
+    assert f"tiled: steps {start} to {stop - 1} run as {planned.meta['tile_grid'][0]}x{planned.meta['tile_grid'][1]} tiles" in text
+    assert f"{planned.meta['extra_macs']} MACs recomputed" in text and "(one tile: " in text
+    assert tiling_text(planned).startswith(f"plan.budget: {planned.meta['layer_by_layer_arena']:,} B layer by layer; steps {start} to")
+    whole = sum(planned.tensors[planned.nodes[s].outputs[0]].nbytes for s in range(start, stop))
+    peak = max(s.live_bytes for s in timeline(planned))
+    assert peak <= planned.meta["lower_bound"] < whole

@@ -219,6 +219,8 @@ def annotate(g: Graph, p: Option, annotate_untiled) -> None:
         node.attrs["tile_index"] = index
         node.attrs["tile_in"] = [0] * len(tiles)
         node.attrs["tile_out"] = [0] * len(tiles)
+        if layer + 1 < t.stop - t.start:
+            g.tensors[node.outputs[0]].attrs["tile_bytes"] = tiling.tile_bytes(g, t, layer)
     extras = {b.tensors[0].rsplit("#", 1)[1]: b for b in p.extras}
     first, last = g.nodes[t.start], g.nodes[t.stop - 1]
     x, y = g.tensors[first.inputs[0]], g.tensors[last.outputs[0]]
