@@ -16,7 +16,7 @@ when none fits, the error gives the smallest arena found and what limits it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 from kiln.errors import KilnError
@@ -28,6 +28,7 @@ from kiln.plan.buffers import Buffer, buffers, round_up
 from kiln.plan.offsets import Placement, place
 from kiln.plan.scratch import Scratch, plan_scratch
 from kiln.plan.tiling import Tiling
+from kiln.target.macs import node_macs
 
 MAX_PLACEMENTS = 12  # candidates placed (the costly part) before giving up on the cheaper ones
 COPY_FIELDS = KERNELS["kiln_copy_part"].fields
@@ -42,12 +43,14 @@ class Option:
 
     graph: Graph  # the schedule, its nodes' scratch at `level`
     scratch: Scratch
-    level: str
+    level: str  # kernel scratch outside a tiled run (see LEVELS); the run's own is `tiling.scratch`
     tiling: Tiling | None
-    bufs: list[Buffer]  # the schedule's buffers, resized and stretched for the run
-    extras: list[Buffer]  # patch and output-tile buffers
-    bound: int
+    base: list[Buffer]  # the layer-by-layer buffers of `graph`
     extra_macs: int
+    slow_macs: int  # MACs run on a kernel's path without scratch that the lowered graph gave scratch
+    bufs: list[Buffer] = field(default_factory=list)  # `base` resized and stretched for the run (once measured)
+    extras: list[Buffer] = field(default_factory=list)  # patch and output-tile buffers
+    bound: int = -1  # the peak of live arena bytes (-1: not measured yet)
     placement: Placement | None = None
 
     @property
@@ -55,8 +58,11 @@ class Option:
         return self.placement.size if self.placement else self.bound
 
     @property
-    def rank(self) -> tuple[int, int, int]:
-        return self.extra_macs, LEVELS.index(self.level), self.bound
+    def rank(self) -> tuple[int, int, int, int]:
+        """The least work: recomputed MACs plus MACs moved off a fast path (counted once more: a path without
+        scratch takes about twice the instructions per MAC); then more scratch, then the lower peak."""
+        inside = LEVELS.index(self.tiling.scratch) if self.tiling else 0
+        return self.extra_macs + self.slow_macs, LEVELS.index(self.level), inside, 0
 
 
 def shrink_scratch(g: Graph, level: str) -> Graph:
@@ -78,9 +84,7 @@ def _strip(n: Node, given: int) -> int:
     if n.attrs["kernel"] != "kiln_depthwise_conv2d_s8":
         return given
     geo = dict(zip(n.attrs["param_names"], (int(v) for v in n.attrs["params"])))
-    cols = (geo["out_w"] - 1) * geo["stride_w"] + (geo["k_w"] - 1) * geo["dil_w"] + 1
-    one_window = 4 * (2 * geo["k_h"] * geo["k_w"] + 24) + 3 + 8 * cols * ((geo["k_h"] - 1) * geo["dil_h"] + 1)
-    return depthwise_scratch(geo, min(given, one_window))
+    return depthwise_scratch(geo, min(given, tiling.one_window(geo)))
 
 
 def leading_run(g: Graph, scratch: Scratch) -> tuple[int, int]:
@@ -121,11 +125,25 @@ def _peak(bufs: list[Buffer], steps: int) -> int:
     return max(live)
 
 
-def evaluate(g: Graph, base: list[Buffer], t: Tiling | None, scratch: Scratch, level: str, align: int) -> Option:
-    bufs, extras = _buffers(g, base, t, scratch, align) if t else ([replace(b) for b in base], [])
-    bound = _peak([b for b in bufs + extras if b.memory == "arena"], len(g.nodes))
-    extra = tiling.macs(g, t) - tiling.run_macs(g, t.start, t.stop) if t else 0
-    return Option(g, scratch, level, t, bufs, extras, bound, extra)
+def evaluate(g: Graph, base: list[Buffer], t: Tiling | None, scratch: Scratch, level: str, fast: dict[str, int],
+             untiled: dict[str, int]) -> Option:
+    """A candidate's cost (cheap; its memory is measured when needed). `fast`: the MACs of each layer that the
+    lowered graph gave scratch for its fast path; `untiled`: every layer's MACs."""
+    run = range(t.start, t.stop) if t else range(0)
+    extra = tiling.macs(g, t, untiled) - sum(untiled[g.nodes[s].name] for s in run) if t else 0
+    slow = sum(fast.get(n.name, 0) for s, n in enumerate(g.nodes) if s not in run and not n.attrs.get("scratch_bytes"))
+    slow += sum(tiling.layer_macs(g, t, s - t.start, untiled[g.nodes[s].name]) for s in run
+                if g.nodes[s].name in fast and not tiling.kernel_scratch(g, t, s - t.start))
+    return Option(g, scratch, level, t, base, extra, slow)
+
+
+def measure(p: Option, align: int) -> Option:
+    """The candidate's buffers and its peak of live arena bytes."""
+    if p.bound < 0:
+        g, t = p.graph, p.tiling
+        p.bufs, p.extras = _buffers(g, p.base, t, p.scratch, align) if t else ([replace(b) for b in p.base], [])
+        p.bound = _peak([b for b in p.bufs + p.extras if b.memory == "arena"], len(g.nodes))
+    return p
 
 
 def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
@@ -133,6 +151,8 @@ def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
     """Every candidate over the scratch levels, cheapest first: layer by layer, then each tiling of the leading run
     (`only`: just the tiling of steps up to that stop as that grid)."""
     align = int(config["alignment"])
+    untiled = {n.name: node_macs(g, n) for n in g.nodes}
+    fast = {n.name: untiled[n.name] for n in g.nodes if n.attrs.get("scratch_bytes")}
     found = []
     for level in levels:
         shrunk = shrink_scratch(g, level)
@@ -141,10 +161,12 @@ def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
         base = buffers(shrunk, bool(config["io_in_arena"]), align, in_place=bool(config["in_place"]),
                        scratch={steps[node]: size for node, size in scratch.sizes.items()})
         start, stop = leading_run(shrunk, scratch)
-        runs = [None] + (tiling.candidates(shrunk, start, stop) if stop > start else [])
+        grids = tiling.candidates(shrunk, start, stop) if stop > start else []
         if only:
-            runs = [t for t in runs if t and (t.stop, t.grid) == only]
-        found += [evaluate(shrunk, base, t, scratch, level, align) for t in runs]
+            grids = [t for t in grids if (t.stop, t.grid) == only]
+        runs = ([] if only else [None]) + [replace(t, scratch=inside) for t in grids
+                                           for inside in dict.fromkeys((level, "strip", "none"))]
+        found += [evaluate(shrunk, base, t, scratch, level, fast, untiled) for t in runs]
     return sorted(found, key=lambda p: (p.rank, p.tiling.stop if p.tiling else 0, p.tiling.grid if p.tiling else (1, 1)))
 
 
@@ -162,7 +184,7 @@ def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Opt
     plans = options(g, config)
     tried = 0
     for p in plans:
-        if p.bound > budget:
+        if measure(p, align).bound > budget:
             continue
         if _placed(p, align).size <= budget:
             return p, plans
@@ -175,18 +197,20 @@ def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Opt
 
 def smallest(plans: list[Option], align: int) -> Option | None:
     """The smallest placed arena among the candidates of lowest peak."""
-    lowest = sorted(plans, key=lambda p: (p.bound, p.extra_macs))[:MAX_PLACEMENTS]
+    lowest = sorted(plans, key=lambda p: (measure(p, align).bound, p.extra_macs))[:MAX_PLACEMENTS]
     placed = [_placed(p, align) for p in lowest]
     return min(placed, key=lambda p: (p.size, p.extra_macs), default=None)
 
 
 def describe(g: Graph, p: Option) -> str:
     t = p.tiling
-    scratch = {"full": "", "strip": ", depthwise scratch one window tall", "none": ", no kernel scratch"}[p.level]
+    words = {"full": "", "strip": "depthwise scratch one window tall", "none": "no kernel scratch"}
+    scratch = f", {words[p.level]}" if p.level != "full" else ""
     if t is None:
         return f"layer by layer{scratch}"
     first, last = g.nodes[t.start], g.nodes[t.stop - 1]
-    return f"steps {t.start}-{t.stop - 1} ({first.name!r} to {last.name!r}) tiled {t.grid[0]}x{t.grid[1]}{scratch}"
+    inside = f" ({words[t.scratch]})" if t.scratch != p.level else ""
+    return f"steps {t.start}-{t.stop - 1} ({first.name!r} to {last.name!r}) tiled {t.grid[0]}x{t.grid[1]}{inside}{scratch}"
 
 
 def limit(g: Graph, p: Option) -> str:
@@ -270,7 +294,9 @@ def plan_tiled(graph: Graph, config: dict, stop: int, grid: tuple[int, int], lev
     untiled = plan(graph, dict(config, budget=0, reorder=False))
     g = graph.copy()
     for p in options(g, config, (level,), (stop, tuple(grid))):
-        _placed(p, int(config["alignment"]))
+        if p.tiling.scratch != level:
+            continue
+        _placed(measure(p, int(config["alignment"])), int(config["alignment"]))
         return finish(g, p, config, "given", untiled.meta["arena_size"], untiled.meta["lower_bound"], _annotate)
     raise KilnError(f"graph {graph.name!r}: no tiling of steps up to {stop} as a {grid[0]}x{grid[1]} grid")
 
@@ -281,7 +307,7 @@ def budget_meta(g: Graph, p: Option, layer_by_layer: int, layer_bound: int) -> d
             "layer_by_layer_bound": layer_bound}
     if p.tiling:
         t = p.tiling
-        meta.update({"tiled_run": [t.start, t.stop], "tile_grid": list(t.grid),
+        meta.update({"tiled_run": [t.start, t.stop], "tile_grid": list(t.grid), "tile_scratch": t.scratch,
                      "run_macs": tiling.run_macs(g, t.start, t.stop)})
     return meta
 
@@ -289,3 +315,26 @@ def budget_meta(g: Graph, p: Option, layer_by_layer: int, layer_bound: int) -> d
 def over_budget_error(g: Graph, budget: int, best: Option) -> KilnError:
     return KilnError(f"graph {g.name!r}: arena {best.size} bytes exceeds plan.budget {budget}; the smallest arena Kiln "
                      f"reaches, with {describe(g, best)}, {best.extra_macs} extra MACs; {limit(g, best)}")
+
+
+def frontier(graph: Graph, config: dict) -> list[tuple[int, int, str]]:
+    """(arena bytes, extra MACs, plan) of the candidates no other beats on both, in the graph's best schedule.
+
+    Candidates are first filtered on their peak (a placement never goes below it), then placed.
+    """
+    from kiln.plan import plan
+
+    scheduled = plan(graph, dict(config, budget=0))
+    g = graph.copy()
+    g.nodes = [next(n for n in graph.nodes if n.name == m.name) for m in scheduled.nodes]
+    align, kept, lowest = int(config["alignment"]), [], None
+    for p in options(g, config):
+        if lowest is None or measure(p, align).bound < lowest:
+            kept.append(p)
+            lowest = p.bound
+    placed = sorted(((_placed(p, align).size, p.extra_macs, describe(g, p)) for p in kept), key=lambda r: (r[1], r[0]))
+    best: list[tuple[int, int, str]] = []
+    for row in placed:
+        if not best or row[0] < best[-1][0]:
+            best.append(row)
+    return best

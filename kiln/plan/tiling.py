@@ -15,6 +15,7 @@ Tiling changes which output elements a call computes, never how.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from kiln.ir.graph import DTYPES, Graph, Node
 from kiln.lower.specialize import depthwise_scratch
@@ -40,6 +41,15 @@ class Axis:
     windows: tuple[tuple[Window, ...], ...]  # [layer][tile]
     outputs: tuple[tuple[int, int], ...]  # [tile] output range of the last layer
 
+    @cached_property
+    def extents(self) -> tuple[tuple[int, int], ...]:
+        """Per layer: (largest, total) output extent over the tiles."""
+        found = []
+        for layer in range(len(self.windows)):
+            sizes = [hi - lo for lo, hi in (self.out_range(layer, t) for t in range(len(self.outputs)))]
+            found.append((max(sizes), sum(sizes)))
+        return tuple(found)
+
     def out_range(self, layer: int, tile: int) -> tuple[int, int]:
         if layer + 1 < len(self.windows):
             w = self.windows[layer + 1][tile]
@@ -53,6 +63,7 @@ class Tiling:
     stop: int  # one past its last step
     rows: Axis
     cols: Axis
+    scratch: str = "full"  # the run's kernel scratch: "full" as given, "strip" one depthwise window tall, "none"
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -138,8 +149,7 @@ def candidates(g: Graph, start: int, stop: int) -> list[Tiling]:
 
 def _extent(a: Axis, layer: int) -> tuple[int, int]:
     """(largest, total) output extent over the tiles of `a` at `layer`."""
-    sizes = [hi - lo for lo, hi in (a.out_range(layer, t) for t in range(len(a.outputs)))]
-    return max(sizes), sum(sizes)
+    return a.extents[layer]
 
 
 def tile_bytes(g: Graph, t: Tiling, layer: int) -> int:
@@ -148,15 +158,18 @@ def tile_bytes(g: Graph, t: Tiling, layer: int) -> int:
     return _extent(t.rows, layer)[0] * _extent(t.cols, layer)[0] * channels
 
 
-def macs(g: Graph, t: Tiling) -> int:
-    """Multiply-accumulates of the tiled run, halos recomputed."""
-    total = 0
-    for layer in range(t.stop - t.start):
-        node = g.nodes[t.start + layer]
-        y = g.tensors[node.outputs[0]]
-        per_pixel = node_macs(g, node) // (y.shape[1] * y.shape[2])
-        total += per_pixel * _extent(t.rows, layer)[1] * _extent(t.cols, layer)[1]
-    return total
+def layer_macs(g: Graph, t: Tiling, layer: int, untiled: int | None = None) -> int:
+    """Multiply-accumulates of one layer of the tiled run over all its tiles, halos recomputed (`untiled`: the
+    layer's own MACs, when known)."""
+    node = g.nodes[t.start + layer]
+    y = g.tensors[node.outputs[0]]
+    whole = node_macs(g, node) if untiled is None else untiled
+    return whole // (y.shape[1] * y.shape[2]) * _extent(t.rows, layer)[1] * _extent(t.cols, layer)[1]
+
+
+def macs(g: Graph, t: Tiling, untiled: dict[str, int] | None = None) -> int:
+    """Multiply-accumulates of the tiled run, halos recomputed (`untiled`: each node's own MACs, when known)."""
+    return sum(layer_macs(g, t, k, (untiled or {}).get(g.nodes[t.start + k].name)) for k in range(t.stop - t.start))
 
 
 def run_macs(g: Graph, start: int, stop: int) -> int:
@@ -183,14 +196,21 @@ def patch_bytes(g: Graph, t: Tiling) -> int:
 
 
 def kernel_scratch(g: Graph, t: Tiling, layer: int) -> int:
-    """A tiled call's kernel scratch: the depthwise strip shrinks with the tile; the others' do not depend on it."""
+    """A tiled call's kernel scratch at the run's level: the depthwise strip shrinks with the tile; the others'
+    do not depend on it."""
     node = g.nodes[t.start + layer]
     given = int(node.attrs.get("scratch_bytes", 0))
-    if node.attrs["kernel"] != "kiln_depthwise_conv2d_s8" or not given:
-        return given
+    if t.scratch == "none" or node.attrs["kernel"] != "kiln_depthwise_conv2d_s8" or not given:
+        return 0 if t.scratch == "none" else given
     geo = {f: _param(node, f, 1) for f in ("k_h", "k_w", "stride_h", "stride_w", "dil_h", "dil_w")}
     geo["out_h"], geo["out_w"] = _extent(t.rows, layer)[0], _extent(t.cols, layer)[0]
-    return depthwise_scratch(geo, given)
+    return depthwise_scratch(geo, min(given, one_window(geo)) if t.scratch == "strip" else given)
+
+
+def one_window(geo: dict[str, int]) -> int:
+    """kiln_depthwise_conv2d_s8's scratch with a strip one window tall: the least that takes its fast path."""
+    cols = (geo["out_w"] - 1) * geo["stride_w"] + (geo["k_w"] - 1) * geo["dil_w"] + 1
+    return 4 * (2 * geo["k_h"] * geo["k_w"] + 24) + 3 + 8 * cols * ((geo["k_h"] - 1) * geo["dil_h"] + 1)
 
 
 def tile_params(g: Graph, t: Tiling, layer: int, tile: tuple[int, int]) -> list[int]:
