@@ -328,8 +328,8 @@ def frontier(graph: Graph, config: dict) -> list[tuple[int, int, str]]:
     g = graph.copy()
     g.nodes = [next(n for n in graph.nodes if n.name == m.name) for m in scheduled.nodes]
     align, kept, lowest = int(config["alignment"]), [], None
-    for p in options(g, config):
-        if lowest is None or measure(p, align).bound < lowest:
+    for p in sorted(options(g, config), key=lambda p: (p.extra_macs, measure(p, align).bound, p.rank)):
+        if lowest is None or p.bound < lowest:
             kept.append(p)
             lowest = p.bound
     placed = sorted(((_placed(p, align).size, p.extra_macs, describe(g, p)) for p in kept), key=lambda r: (r[1], r[0]))
