@@ -14,6 +14,10 @@ order's. Every non-constant tensor gets a `memory` attribute ("arena",
 "input", "output") and an `offset`; the graph meta records the arena size,
 the lower bound (the largest sum of simultaneously live bytes over the chosen
 schedule), their ratio, the alignment, and which order and heuristic won.
+
+When the smallest arena is over `plan.budget`, `kiln.plan.budget` searches
+plans with less kernel scratch and with the leading run of window layers
+tiled (`kiln.plan.tiling`), and keeps the cheapest that fits.
 """
 from __future__ import annotations
 
