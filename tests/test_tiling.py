@@ -27,7 +27,10 @@ from kiln.ir import Graph, Node, QuantParams, Tensor, load
 from kiln.lower import lower
 from kiln.model_table import firmware_model
 from kiln.plan import plan
-from kiln.plan.budget import LEVELS, options, plan_tiled
+from kiln.lower import specialize
+from kiln.lower.abi import KERNELS
+from kiln.plan import tiling
+from kiln.plan.budget import COPY_FIELDS, LEVELS, options, plan_tiled
 from kiln.report.data import tiling_text, timeline
 from kiln.target import cortex_m, qemu
 
@@ -195,3 +198,15 @@ def test_inspect_and_the_build_report_show_the_tiled_run(cases):
     whole = sum(planned.tensors[planned.nodes[s].outputs[0]].nbytes for s in range(start, stop))
     peak = max(s.live_bytes for s in timeline(planned))
     assert peak <= planned.meta["lower_bound"] < whole
+
+
+def test_the_plan_stage_copies_of_lower_stage_facts_agree():
+    """The plan stage does not import the lower stage: its copy of the depthwise scratch formula and of
+    kiln_copy_part's fields must equal the lower stage's."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        geo = {k: int(rng.integers(1, 6)) for k in ("k_h", "k_w", "stride_h", "stride_w", "dil_h", "dil_w")}
+        geo.update(out_h=int(rng.integers(1, 60)), out_w=int(rng.integers(1, 60)))
+        limit = int(rng.integers(0, 40000))
+        assert tiling.depthwise_scratch(geo, limit) == specialize.depthwise_scratch(geo, limit)
+    assert COPY_FIELDS == KERNELS["kiln_copy_part"].fields

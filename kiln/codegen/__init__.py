@@ -24,7 +24,6 @@ from kiln.config import check_model_name
 from kiln.names import c_identifier, c_text
 from kiln.errors import KilnError
 from kiln.ir.graph import Graph, Tensor
-from kiln.lower.abi import KERNELS
 from kiln.lz4 import compress
 from kiln.stages import symbol_prefix
 
@@ -252,7 +251,7 @@ def _tile(graph: Graph, call: Call, first: bool, last: bool) -> None:
     variants = [list(zip(names, flat[k : k + len(names)])) for k in range(0, len(flat), len(names))]
     index = [int(v) for v in node.attrs["tile_index"]]
     in_delta, out_delta = [int(v) for v in node.attrs["tile_in"]], [int(v) for v in node.attrs["tile_out"]]
-    copy_fields = KERNELS["kiln_copy_part"].fields
+    copy_fields = [str(f) for f in node.attrs.get("tile_copy_fields", [])]
 
     def copies(key: str) -> list[list[tuple[str, int]]] | None:
         if key not in node.attrs:

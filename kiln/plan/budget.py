@@ -21,8 +21,6 @@ from types import SimpleNamespace
 
 from kiln.errors import KilnError
 from kiln.ir.graph import Graph, Node
-from kiln.lower.abi import KERNELS
-from kiln.lower.specialize import depthwise_scratch
 from kiln.plan import tiling
 from kiln.plan.buffers import Buffer, buffers, round_up
 from kiln.plan.offsets import Placement, place
@@ -31,7 +29,8 @@ from kiln.plan.tiling import Tiling
 from kiln.target.macs import node_macs
 
 MAX_PLACEMENTS = 12  # candidates placed (the costly part) before giving up on the cheaper ones
-COPY_FIELDS = KERNELS["kiln_copy_part"].fields
+# kiln_copy_part's fields (runtime/kiln_kernels.h; tests hold this to kiln.lower.abi): the plan stage does not import the lower stage
+COPY_FIELDS = ("elem_size", "outer", "inner", "in_stride", "in_offset", "out_stride", "out_offset")
 
 
 LEVELS = ("full", "strip", "none")  # kernel scratch: as lowered; depthwise strips one window tall; none
@@ -84,7 +83,7 @@ def _strip(n: Node, given: int) -> int:
     if n.attrs["kernel"] != "kiln_depthwise_conv2d_s8":
         return given
     geo = dict(zip(n.attrs["param_names"], (int(v) for v in n.attrs["params"])))
-    return depthwise_scratch(geo, min(given, tiling.one_window(geo)))
+    return tiling.depthwise_scratch(geo, min(given, tiling.one_window(geo)))
 
 
 def leading_run(g: Graph, scratch: Scratch) -> tuple[int, int]:
@@ -261,11 +260,13 @@ def annotate(g: Graph, p: Option, annotate_untiled) -> None:
             t.rows.windows[0][r].hi - t.rows.windows[0][r].lo, t.cols.windows[0][c].hi - t.cols.windows[0][c].lo, x.shape,
             t.rows.windows[0][r].lo, t.cols.windows[0][c].lo, gather=True)]
         first.attrs["tile_gather_to"] = extras["patch"].offset
+        first.attrs["tile_copy_fields"] = list(COPY_FIELDS)
     if "tile" in extras:
         last.attrs["tile_scatter"] = [v for r, c in tiles for v in _copy(
             t.rows.outputs[r][1] - t.rows.outputs[r][0], t.cols.outputs[c][1] - t.cols.outputs[c][0], y.shape,
             t.rows.outputs[r][0], t.cols.outputs[c][0], gather=False)]
         last.attrs["tile_scatter_from"] = extras["tile"].offset
+        last.attrs["tile_copy_fields"] = list(COPY_FIELDS)
 
 
 def _copy(rows: int, cols: int, shape: tuple[int, ...], row: int, col: int, gather: bool) -> list[int]:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from kiln.ir.graph import DTYPES, Graph, Node
-from kiln.lower.specialize import depthwise_scratch
 from kiln.target.macs import node_macs
 
 WINDOW_KERNELS = {"kiln_conv2d_s8", "kiln_depthwise_conv2d_s8", "kiln_max_pool2d_s8", "kiln_avg_pool2d_s8"}
@@ -205,6 +204,17 @@ def kernel_scratch(g: Graph, t: Tiling, layer: int) -> int:
     geo = {f: _param(node, f, 1) for f in ("k_h", "k_w", "stride_h", "stride_w", "dil_h", "dil_w")}
     geo["out_h"], geo["out_w"] = _extent(t.rows, layer)[0], _extent(t.cols, layer)[0]
     return depthwise_scratch(geo, min(given, one_window(geo)) if t.scratch == "strip" else given)
+
+
+def depthwise_scratch(geo: dict[str, int], limit: int) -> int:
+    """kiln_depthwise_conv2d_s8's scratch under `limit` (the formula of its header; the lower stage's
+    `kiln.lower.specialize.depthwise_scratch`, which tests hold this to): a strip of rows as tall as fits."""
+    cols = (geo["out_w"] - 1) * geo["stride_w"] + (geo["k_w"] - 1) * geo["dil_w"] + 1
+    span = (geo["k_h"] - 1) * geo["dil_h"] + 1
+    total = (geo["out_h"] - 1) * geo["stride_h"] + span
+    fixed = 4 * (2 * geo["k_h"] * geo["k_w"] + 24) + 3
+    size = fixed + 8 * cols * min(total, max(span, (limit - fixed) // (8 * cols)))
+    return size if size <= limit else 0
 
 
 def one_window(geo: dict[str, int]) -> int:
