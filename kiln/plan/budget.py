@@ -1,18 +1,19 @@
-"""plan.budget as a target: when the layer-by-layer arena exceeds it, tile the leading run of layers.
+"""plan.budget as a target: when the layer-by-layer arena exceeds it, less kernel scratch or a tiled leading run.
 
 The plan stage first tries its candidate schedules (the smallest arena among
 them is the layer-by-layer plan). When that is still over budget, this module
-tries every spatial tiling of the leading run of window layers
+tries, at each kernel scratch level (LEVELS), the layer-by-layer plan and
+every spatial tiling of the leading run of window layers
 (`kiln.plan.tiling`): every run length and every grid up to
-MAX_SPLITS x MAX_SPLITS. A tiled run is one macro-step of the schedule: its
+MAX_SPLITS x MAX_SPLITS, the run's own scratch level apart. A tiled run is one macro-step of the schedule: its
 input and output maps are live through the whole run, each intermediate map
 shrinks to its largest tile, and a layer's scratch to what its tile needs;
 when the first layer's patches are not whole rows of its input they are
 copied into a patch buffer, and when the output tiles are not whole rows
 they are computed into a tile buffer and copied into place
-(`kiln_copy_part`). Among the plans whose placed arena fits, the one with
-the fewest recomputed multiply-accumulates wins (then the smaller arena);
-when none fits, the error gives the smallest arena found and what limits it.
+(`kiln_copy_part`). Among the plans whose placed arena fits, the one that
+adds the least work wins (`Option.rank`); when none fits, the error gives
+the smallest arena found and what limits it.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ class Option:
     @property
     def rank(self) -> tuple[int, int, int, int]:
         """The least work: recomputed MACs plus MACs moved off a fast path (counted once more: a path without
-        scratch takes about twice the instructions per MAC); then more scratch, then the lower peak."""
+        scratch takes about twice the instructions per MAC); then more scratch outside the run, then inside."""
         inside = LEVELS.index(self.tiling.scratch) if self.tiling else 0
         return self.extra_macs + self.slow_macs, LEVELS.index(self.level), inside, 0
 
