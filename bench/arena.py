@@ -9,6 +9,16 @@ object, compiled with `arm-none-eabi-gcc -Os -mcpu=cortex-m4 -mthumb` (or the
 host `gcc -Os` when the cross compiler is missing; the row says which).
 
     python bench/arena.py [MODEL...] [--build-root DIR] [--json FILE]
+    python bench/arena.py --budgets [--json FILE]    # plan.budget targets (issue 19's table)
+    python bench/arena.py --frontier MODEL           # arena bytes against recomputed MACs
+
+`--budgets` plans each model with `io_in_arena = true` under the budgets in
+BUDGETS: the layer-by-layer arena, whether the budget is met and with which
+plan, the smallest arena Kiln reaches, the MACs recomputed, and the Cortex-M4
+instructions per inference of the layer-by-layer and the budget plan under
+QEMU (each output checked bit for bit against the integer reference).
+vww_mobilenet takes its input as NHWC there (`normalize.input_layout`), so
+the input is the image itself rather than a transposed copy.
 """
 from __future__ import annotations
 
@@ -26,7 +36,12 @@ from kiln.codegen import generate
 from kiln.errors import KilnError
 from kiln.host import RUNTIME, STRICT_FLAGS
 from kiln.ir import load
+from kiln.check import reference_outputs
+from kiln.model_table import firmware_model
 from kiln.plan import plan
+from kiln.plan.budget import frontier
+from kiln.target import cortex_m, qemu
+from kiln.target.macs import graph_macs
 from kiln.runner import run_stage
 from kiln.stages import STAGES
 
@@ -35,8 +50,15 @@ CROSS = (["arm-none-eabi-gcc", "-Os", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi
 HOST = (["gcc", "-Os"], "size")
 
 
-def compile_model(model: str, out: Path) -> None:
+# model -> (budgets, config overrides)
+BUDGETS = {"vww_mobilenet": ((40000, 30000), {"normalize": {"input_layout": "NHWC"}}),
+           "kws_dscnn": ((10000,), {}), "ic_resnet8": ((36000,), {})}
+
+
+def compile_model(model: str, out: Path, overrides: dict | None = None) -> None:
     cfg = model_config.load(ROOT / "models" / model / "model.toml")
+    for table, values in (overrides or {}).items():
+        cfg[table].update(values)
     for st in STAGES:
         run_stage(st.name, model, ROOT / "models" / model, cfg, out)
 
@@ -95,12 +117,105 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def smallest_arena(lowered, config: dict) -> int:
+    """The smallest arena plan.budget reaches: what the error of an impossible budget reports."""
+    try:
+        return int(plan(lowered, dict(config, budget=1)).meta["arena_size"])
+    except KilnError as exc:
+        return int(re.search(r": arena (\d+) bytes exceeds", str(exc)).group(1))
+
+
+def m4_instructions(plans: dict[str, object], quantized, out: Path) -> dict[str, int]:
+    """Median Cortex-M4 instructions per inference of each plan, its outputs checked against the reference."""
+    sources, models = [], []
+    for name, planned in plans.items():
+        for file, text in generate(planned, name, {"prefix": "", "weights_section": ""}).items():
+            (out / file).write_bytes(text)
+        sources.append(out / f"{name}.c")
+        models.append(firmware_model(name, (out / f"{name}.h").read_text()))
+    elf = cortex_m.build_firmware(sources, models, out / "budgets.elf")
+    rng = __import__("numpy").random.default_rng(0)
+    samples = [[rng.integers(-128, 128, quantized.tensors[n].shape).astype("int8") for n in quantized.inputs] for _ in range(3)]
+    want = reference_outputs(quantized, samples)
+    counts = {}
+    for name, planned in plans.items():
+        run = qemu.run_firmware(elf, planned, samples, model=name)
+        if any((g[0] != w[0]).any() for g, w in zip(run.outputs, want)):
+            raise KilnError(f"{name}: the Cortex-M4 outputs differ from the reference")
+        counts[name] = sorted(run.instructions)[len(run.instructions) // 2]
+    return counts
+
+
+def budget_rows(tmp: Path) -> list[dict]:
+    rows = []
+    for model, (budgets, overrides) in BUDGETS.items():
+        build = tmp / model
+        build.mkdir()
+        compile_model(model, build, overrides)
+        cfg = model_config.load(ROOT / "models" / model / "model.toml")
+        config = dict(cfg["plan"], io_in_arena=True)
+        lowered, quantized = load(build / "lowered.kir"), load(build / "quantized.kir")
+        layer = plan(lowered, config)
+        smallest = smallest_arena(lowered, config)
+        for budget in budgets:
+            plans = {f"{model}_layers": layer}
+            try:
+                met = plan(lowered, dict(config, budget=budget))
+                plans[f"{model}_budget"] = met
+            except KilnError:
+                met = None
+            counts = m4_instructions(plans, quantized, build) if shutil.which(CROSS[0][0]) else {}
+            meta = met.meta if met else {}
+            run = f"steps {meta['tiled_run'][0]}-{meta['tiled_run'][1] - 1} {meta['tile_grid'][0]}x{meta['tile_grid'][1]}" \
+                if "tiled_run" in meta else ("layer by layer" if met else "-")
+            rows.append({"model": model, "budget": budget, "layer_by_layer_bytes": int(layer.meta["arena_size"]),
+                         "met": met is not None, "arena_bytes": int(meta["arena_size"]) if met else None,
+                         "smallest_bytes": smallest, "plan": run, "scratch": meta.get("scratch_level", "-"),
+                         "extra_macs": int(meta.get("extra_macs", 0)), "macs": graph_macs(layer),
+                         "m4_layers": counts.get(f"{model}_layers"), "m4_budget": counts.get(f"{model}_budget")})
+    return rows
+
+
+def render_budgets(rows: list[dict]) -> str:
+    lines = ["| model | budget B | layer by layer B | met | arena B | smallest B | plan | kernel scratch | extra MACs "
+             "| M4 instr layer by layer | M4 instr budget plan |", "|---|---:|---:|---|---:|---:|---|---|---:|---:|---:|"]
+    for r in rows:
+        extra = f"{r['extra_macs']:,} ({100 * r['extra_macs'] / r['macs']:.1f}%)" if r["met"] else "-"
+        m4 = [f"{v:,}" if v else "-" for v in (r["m4_layers"], r["m4_budget"])]
+        lines.append(f"| {r['model']} | {r['budget']:,} | {r['layer_by_layer_bytes']:,} | {'yes' if r['met'] else 'no'} | "
+                     f"{format(r['arena_bytes'], ',') if r['met'] else '-'} | {r['smallest_bytes']:,} | {r['plan']} | {r['scratch']} | {extra} | "
+                     f"{m4[0]} | {m4[1]} |")
+    return "\n".join(lines)
+
+
+def render_frontier(model: str, build: Path) -> str:
+    cfg = model_config.load(ROOT / "models" / model / "model.toml")
+    lowered = load(build / "lowered.kir")
+    lines = [f"{model}: arena bytes against recomputed MACs (io_in_arena = true)", f"{'arena':>8} {'extra MACs':>12}  plan"]
+    for size, extra, what in frontier(lowered, dict(cfg["plan"], io_in_arena=True)):
+        lines.append(f"{size:>8} {extra:>12}  {what}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="model folders under models/ (default: all)")
     parser.add_argument("--build-root", type=Path, help="read built models from DIR/<model>/ instead of compiling")
     parser.add_argument("--json", type=Path, help="also write the rows as a JSON list to FILE")
+    parser.add_argument("--budgets", action="store_true", help="the plan.budget table instead")
+    parser.add_argument("--frontier", action="store_true", help="print each model's arena/MACs frontier instead")
     args = parser.parse_args(argv)
+    if args.budgets:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                rows = budget_rows(Path(tmp))
+            except KilnError as exc:
+                print(f"arena: error: {exc}", file=sys.stderr)
+                return 1
+        print(render_budgets(rows))
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        return 0
     known = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
     models = args.models or known
     try:
@@ -114,7 +229,12 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.build_root:
                     build.mkdir()
                     compile_model(model, build)
+                if args.frontier:
+                    print(render_frontier(model, build))
+                    continue
                 rows.append(bench_model(model, build))
+        if args.frontier:
+            return 0
     except KilnError as exc:
         print(f"arena: error: {exc}", file=sys.stderr)
         return 1

@@ -18,6 +18,8 @@ def describe(g: Graph) -> dict[str, Any]:
         if "offset" in t.attrs:
             entry["memory"] = t.attrs.get("memory", "arena")
             entry["offset"] = t.attrs["offset"]
+        if "tile_bytes" in t.attrs:
+            entry["tile_bytes"] = t.attrs["tile_bytes"]
         tensors.append(entry)
     nodes = [{"index": i, "name": n.name, "op": n.op, "inputs": n.inputs, "outputs": n.outputs,
               "attrs": {k: _jsonable(v) for k, v in sorted(n.attrs.items())}} for i, n in enumerate(g.nodes)]
@@ -37,6 +39,12 @@ def render(info: dict[str, Any]) -> str:
     lines = [f"graph {info['graph']}: inputs {', '.join(info['inputs'])} -> outputs {', '.join(info['outputs'])}"]
     for k, v in info["meta"].items():
         lines.append(f"  {k} = {v}")
+    meta = info["meta"]
+    if "tiled_run" in meta:
+        start, stop = meta["tiled_run"]
+        lines.append(f"  tiled: steps {start} to {stop - 1} run as {meta['tile_grid'][0]}x{meta['tile_grid'][1]} tiles, "
+                     f"{meta['extra_macs']} MACs recomputed on top of the run's {meta['run_macs']}; "
+                     f"arena {meta['arena_size']} B against {meta['layer_by_layer_arena']} B layer by layer")
     by_name = {t["name"]: t for t in info["tensors"]}
     lines.append(f"{len(info['nodes'])} nodes:")
     for n in info["nodes"]:
@@ -57,4 +65,6 @@ def _tensor(t: dict[str, Any]) -> str:
         text += f" q(scale={scale}, zp={q['zero_point'][0] if len(q['zero_point']) == 1 else '...'})"
     if "offset" in t:
         text += f" @{t['memory']}+{t['offset']}"
+    if "tile_bytes" in t:
+        text += f" (one tile: {t['tile_bytes']} B)"
     return text

@@ -85,7 +85,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("lower", ("quantized.kir",), ("lowered.kir",), ("kernels",),
           ("kiln/lower", "kiln/numerics"), "kiln.runner:run_lower"),
     Stage("plan", ("lowered.kir",), ("planned.kir",), ("plan",),
-          ("kiln/plan", "kiln/lz4.py"), "kiln.runner:run_plan"),
+          ("kiln/plan", "kiln/lz4.py", "kiln/target/__init__.py", "kiln/target/macs.py"), "kiln.runner:run_plan"),
     Stage("codegen", ("planned.kir",), ("{model}.c", "{model}.h"), ("codegen",),
           ("kiln/codegen", "kiln/lz4.py"), "kiln.runner:run_codegen"),
 )

@@ -413,6 +413,10 @@ def fixed_rows() -> list[Row]:
         Row("calibration-file", "the contents of a `quant.calibration` data file (onnx_cnn)",
             lambda repo: set_input_size(repo / "models" / ONNX_MODEL, 16, seed=8),
             lambda b: readers("quant", [ONNX_MODEL]) | from_stage("quantize", [ONNX_MODEL]) | model_output(b, ONNX_MODEL)),
+        Row("plan:budget", "`[plan] budget = 2000` (tiny_cnn, 2560 B layer by layer): the plan tiles its leading layers; "
+            "plan reruns and what follows, nothing before it",
+            lambda repo: set_key(repo / "models/tiny_cnn/model.toml", "plan", "budget", 2000),
+            lambda b: table_edit("plan", "plan", TORCH_MODEL) | model_output(b, TORCH_MODEL)),
         Row("codegen:prefix", '`[codegen] prefix = "cnn"` (tiny_cnn): new symbol names, new model tables; only codegen reads it',
             lambda repo: set_key(repo / "models/tiny_cnn/model.toml", "codegen", "prefix", "cnn"),
             lambda b: stages(["codegen"], ["tiny_cnn"]) | {f"table {HOST}/tiny_cnn/tiny_cnn_models.c", f"table {HOST}/firmware_models.c"}

@@ -67,6 +67,27 @@ class Call:
     output: str
     output_bytes: int
     decompress: list[Decompress]
+    tiled: Tiled | None = None
+
+
+@dataclass
+class Tiled:
+    """A call inside a tiled run (kiln.plan.budget): one parameter struct per distinct tile, pointer deltas per tile."""
+
+    tiles: int
+    variants: list[list[tuple[str, int]]]
+    index: list[int]
+    index_type: str
+    in_delta: list[int] | None
+    out_delta: list[int] | None
+    gather: list[list[tuple[str, int]]] | None  # kiln_copy_part of each tile's patch into `gather_to`
+    gather_from: str
+    gather_to: int
+    scatter: list[list[tuple[str, int]]] | None  # kiln_copy_part of each output tile from `scatter_from` into place
+    scatter_from: int
+    scatter_to: str
+    first: bool
+    last: bool
 
 
 def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
@@ -79,6 +100,10 @@ def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
     prefix = symbol_prefix(model, config)
     constants, const_names = _constants(graph)
     calls = [_call(graph, i, n, const_names) for i, n in enumerate(graph.nodes) if n.attrs.get("kernel")]
+    run = graph.meta.get("tiled_run")
+    for call in calls:
+        if run and run[0] <= call.index < run[1]:
+            _tile(graph, call, first=call.index == run[0], last=call.index == run[1] - 1)
     ctx = {
         "model": c_text(model),
         "prefix": prefix,
@@ -91,6 +116,7 @@ def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
         "section": config["weights_section"],
         "constants": constants,
         "calls": calls,
+        "tiled_run_length": run[1] - run[0] if run else 0,
         "inputs": [_io_info(graph, n, i) for i, n in enumerate(graph.inputs)],
         "outputs": [_io_info(graph, n, i) for i, n in enumerate(graph.outputs)],
     }
@@ -215,6 +241,40 @@ def _call(graph: Graph, index: int, node, const_names: dict[str, str]) -> Call:
         output_bytes=out.nbytes,
         decompress=decompress,
     )
+
+
+def _tile(graph: Graph, call: Call, first: bool, last: bool) -> None:
+    """Turn `call` into a call per tile: the plan gave each tile's parameters and where its windows lie."""
+    node = graph.nodes[call.index]
+    names = list(node.attrs["param_names"])
+    flat = [int(v) for v in node.attrs["tile_params"]]
+    variants = [list(zip(names, flat[k : k + len(names)])) for k in range(0, len(flat), len(names))]
+    index = [int(v) for v in node.attrs["tile_index"]]
+    in_delta, out_delta = [int(v) for v in node.attrs["tile_in"]], [int(v) for v in node.attrs["tile_out"]]
+    copy_fields = [str(f) for f in node.attrs.get("tile_copy_fields", [])]
+
+    def copies(key: str) -> list[list[tuple[str, int]]] | None:
+        if key not in node.attrs:
+            return None
+        values = [int(v) for v in node.attrs[key]]
+        return [list(zip(copy_fields, values[k : k + len(copy_fields)])) for k in range(0, len(values), len(copy_fields))]
+
+    gather, scatter = copies("tile_gather"), copies("tile_scatter")
+    x_arg, y_arg = 0, len(node.inputs)
+    tiled = Tiled(len(index), variants, index, "uint8_t" if len(variants) < 256 else "uint16_t",
+                  in_delta if any(in_delta) else None, out_delta if any(out_delta) else None,
+                  gather, call.args[x_arg], int(node.attrs.get("tile_gather_to", -1)),
+                  scatter, int(node.attrs.get("tile_scatter_from", -1)), call.args[y_arg],
+                  first, last)
+    if gather:
+        call.args[x_arg] = f"(const int8_t *)(arena + {tiled.gather_to})"
+    elif tiled.in_delta:
+        call.args[x_arg] = f"{call.args[x_arg]} + k_tile_in{call.index}[t]"
+    if scatter:
+        call.args[y_arg] = f"(int8_t *)(arena + {tiled.scatter_from})"
+    elif tiled.out_delta:
+        call.args[y_arg] = f"{call.args[y_arg]} + k_tile_out{call.index}[t]"
+    call.tiled = tiled
 
 
 def _io_info(graph: Graph, name: str, index: int) -> dict:

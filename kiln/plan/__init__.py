@@ -14,6 +14,10 @@ order's. Every non-constant tensor gets a `memory` attribute ("arena",
 "input", "output") and an `offset`; the graph meta records the arena size,
 the lower bound (the largest sum of simultaneously live bytes over the chosen
 schedule), their ratio, the alignment, and which order and heuristic won.
+
+When the smallest arena is over `plan.budget`, `kiln.plan.budget` searches
+plans with less kernel scratch and with the leading run of window layers
+tiled (`kiln.plan.tiling`), and keeps the cheapest that fits.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from dataclasses import dataclass
 
 from kiln.errors import KilnError
 from kiln.ir.graph import DTYPES, Graph
+from kiln.plan.budget import finish, over_budget_error, smallest
+from kiln.plan.budget import search as budget_search
 from kiln.plan.buffers import Buffer, buffers
 from kiln.plan.config import alignment_problem
 from kiln.plan.offsets import Placement, place
@@ -57,6 +63,9 @@ def plan(graph: Graph, config: dict) -> Graph:
     eligible = [k for k, c in enumerate(found) if c.bound <= found[0].bound]  # never a higher peak than given
     best = found[min(eligible, key=lambda k: (found[k].placement.size, found[k].bound, k))]
     g.nodes = best.graph.nodes
+    budget = int(config["budget"])
+    if budget and best.placement.size > budget:
+        return _tile_to_budget(g, best, scratch, config, budget)
     for b, offset in zip(best.arena, best.placement.offsets):
         b.offset = offset
     _annotate(g, best, scratch)
@@ -66,9 +75,19 @@ def plan(graph: Graph, config: dict) -> Graph:
                    "schedule": best.name, "placement": best.placement.heuristic, "lz4": int(lz4)})
     if size > SIZE_LIMIT:
         raise KilnError(f"graph {g.name!r}: the arena needs {size} bytes; the target's size_t/int32 limit is {SIZE_LIMIT} bytes")
-    budget = int(config["budget"])
-    if budget and size > budget:
-        raise KilnError(over_budget(g, best.arena, size, budget))
+    return g
+
+
+def _tile_to_budget(g: Graph, best: _Candidate, scratch: Scratch, config: dict, budget: int) -> Graph:
+    """The layer-by-layer plan is over budget: the cheapest plan that fits (kiln.plan.budget)."""
+    align, size = int(config["alignment"]), best.placement.size
+    found, plans = budget_search(g, config, budget)
+    if found is None:
+        reached = smallest(plans, align)
+        if reached is None or reached.size >= size:
+            raise KilnError(over_budget(g, best.arena, size, budget) + "; neither less kernel scratch nor tiling lowers it")
+        raise over_budget_error(g, budget, reached)
+    finish(g, found, config, best.name, size, best.bound, _annotate)
     return g
 
 

@@ -102,6 +102,7 @@ class ModelReport:
     sizes: list[SizeRow] = field(default_factory=list)
     buffers: list[Buffer] = field(default_factory=list)
     m4_source: str = ""  # where the per-layer Cortex-M4 instructions came from, or why there are none
+    tiling: str = ""  # what plan.budget changed (kiln.plan.budget), in words; "" for a layer-by-layer plan
 
     @property
     def peak(self) -> Step:
@@ -131,7 +132,22 @@ def gather(build: Path, samples: int) -> ModelReport:
         lower_bound=int(planned.meta["lower_bound"]), macs=sum(layer.macs for layer in layers),
         output_sqnr_db=rep["outputs"].get(quantized.outputs[0]), top1_agreement=rep["top1_agreement"],
         inputs=rep["inputs"], size_source=source, sizes=sizes, buffers=buffers(planned), m4_source=m4_source,
+        tiling=tiling_text(planned),
     )
+
+
+def tiling_text(planned: Graph) -> str:
+    """The budget's plan in words: the tiled run, its grid and recomputed MACs, the layer-by-layer arena it beat."""
+    meta = planned.meta
+    if "layer_by_layer_arena" not in meta:
+        return ""
+    text = f"plan.budget: {int(meta['layer_by_layer_arena']):,} B layer by layer"
+    if "tiled_run" in meta:
+        start, stop = meta["tiled_run"]
+        rows, cols = meta["tile_grid"]
+        text += (f"; steps {start} to {stop - 1} run tile by tile ({rows}x{cols} tiles, the map below shows one tile's "
+                 f"buffers), {int(meta['extra_macs']):,} MACs recomputed ({100 * int(meta['extra_macs']) / max(int(meta['run_macs']), 1):.1f}% of the run)")
+    return text + f"; kernel scratch: {meta['scratch_level']}"
 
 
 def m4_layers(build: Path, planned: Graph) -> tuple[dict[int, int], str]:
@@ -188,18 +204,30 @@ def lifetimes(graph: Graph) -> dict[str, tuple[int, int]]:
 def buffers(graph: Graph) -> list[Buffer]:
     """The arena tensors with their offsets and lifetimes, in schedule order (aliases share their input's bytes),
     and each step's scratch (`<node>#scratch<input>` for a decompressed constant, `<node>#scratch` for the
-    kernel's), live during that step only, as large as the plan reserved them (aligned)."""
+    kernel's), live during that step (through the whole loop for a step of a tiled run), as large as the plan
+    reserved them (aligned)."""
     spans = lifetimes(graph)
-    out = [Buffer(n, *spans[n], int(t.attrs["offset"]), t.nbytes) for n, t in graph.tensors.items()
-           if t.attrs.get("memory") == "arena" and n in spans]
+    if "tiled_run" in graph.meta:  # a tiled run is one loop: what lives at any of its steps lives through all of them
+        start, last = int(graph.meta["tiled_run"][0]), int(graph.meta["tiled_run"][1]) - 1
+        inner = {graph.nodes[s].outputs[0] for s in range(start, last)}
+        spans = {n: (min(a, start), max(b, last)) if a <= last and b >= start and n not in inner else (a, b)
+                 for n, (a, b) in spans.items()}
+    else:
+        start, last = -1, -2
+
+    def step_span(step: int) -> tuple[int, int]:
+        return (start, last) if start <= step <= last else (step, step)
+
+    out = [Buffer(n, *spans[n], int(t.attrs["offset"]), int(t.attrs.get("tile_bytes", t.nbytes)))
+           for n, t in graph.tensors.items() if t.attrs.get("memory") == "arena" and n in spans]
     align = int(graph.meta.get("alignment", 1))
     for step, node in enumerate(graph.nodes):
         for pos, offset in enumerate(node.attrs.get("lz4_scratch", [])):
             if int(offset) >= 0:
-                out.append(Buffer(f"{node.name}#scratch{pos}", step, step, int(offset),
+                out.append(Buffer(f"{node.name}#scratch{pos}", *step_span(step), int(offset),
                                   round_up(graph.tensors[node.inputs[pos]].nbytes, align)))
         if int(node.attrs.get("scratch", -1)) >= 0:
-            out.append(Buffer(f"{node.name}#scratch", step, step, int(node.attrs["scratch"]),
+            out.append(Buffer(f"{node.name}#scratch", *step_span(step), int(node.attrs["scratch"]),
                               round_up(int(node.attrs["scratch_bytes"]), align)))
     return sorted(out, key=lambda b: (b.first, b.offset, b.name))
 

@@ -1,0 +1,342 @@
+"""plan.budget as a target: when the layer-by-layer arena exceeds it, less kernel scratch or a tiled leading run.
+
+The plan stage first tries its candidate schedules (the smallest arena among
+them is the layer-by-layer plan). When that is still over budget, this module
+tries, at each kernel scratch level (LEVELS), the layer-by-layer plan and
+every spatial tiling of the leading run of window layers
+(`kiln.plan.tiling`): every run length and every grid up to
+MAX_SPLITS x MAX_SPLITS, the run's own scratch level apart. A tiled run is one macro-step of the schedule: its
+input and output maps are live through the whole run, each intermediate map
+shrinks to its largest tile, and a layer's scratch to what its tile needs;
+when the first layer's patches are not whole rows of its input they are
+copied into a patch buffer, and when the output tiles are not whole rows
+they are computed into a tile buffer and copied into place
+(`kiln_copy_part`). Among the plans whose placed arena fits, the one that
+adds the least work wins (`Option.rank`); when none fits, the error gives
+the smallest arena found and what limits it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+
+from kiln.errors import KilnError
+from kiln.ir.graph import Graph, Node
+from kiln.plan import tiling
+from kiln.plan.buffers import Buffer, buffers, round_up
+from kiln.plan.offsets import Placement, place
+from kiln.plan.scratch import Scratch, plan_scratch
+from kiln.plan.tiling import Tiling
+from kiln.target.macs import node_macs
+
+MAX_PLACEMENTS = 12  # candidates placed (the costly part) before giving up on the cheaper ones
+# kiln_copy_part's fields (runtime/kiln_kernels.h; tests hold this to kiln.lower.abi): the plan stage does not import the lower stage
+COPY_FIELDS = ("elem_size", "outer", "inner", "in_stride", "in_offset", "out_stride", "out_offset")
+
+
+LEVELS = ("full", "strip", "none")  # kernel scratch: as lowered; depthwise strips one window tall; none
+
+
+@dataclass
+class Option:
+    """One candidate plan: a scratch level, and a tiled run or none (the layer-by-layer schedule)."""
+
+    graph: Graph  # the schedule, its nodes' scratch at `level`
+    scratch: Scratch
+    level: str  # kernel scratch outside a tiled run (see LEVELS); the run's own is `tiling.scratch`
+    tiling: Tiling | None
+    base: list[Buffer]  # the layer-by-layer buffers of `graph`
+    extra_macs: int
+    slow_macs: int  # MACs run on a kernel's path without scratch that the lowered graph gave scratch
+    bufs: list[Buffer] = field(default_factory=list)  # `base` resized and stretched for the run (once measured)
+    extras: list[Buffer] = field(default_factory=list)  # patch and output-tile buffers
+    bound: int = -1  # the peak of live arena bytes (-1: not measured yet)
+    placement: Placement | None = None
+
+    @property
+    def size(self) -> int:
+        return self.placement.size if self.placement else self.bound
+
+    @property
+    def rank(self) -> tuple[int, int, int, int]:
+        """The least work: recomputed MACs plus MACs moved off a fast path (counted once more: a path without
+        scratch takes about twice the instructions per MAC); then more scratch outside the run, then inside."""
+        inside = LEVELS.index(self.tiling.scratch) if self.tiling else 0
+        return self.extra_macs + self.slow_macs, LEVELS.index(self.level), inside, 0
+
+
+def shrink_scratch(g: Graph, level: str) -> Graph:
+    """`g` with less kernel scratch: kernels given less take their path without scratch, same results."""
+    if level == "full":
+        return g
+    nodes = []
+    for n in g.nodes:
+        given = int(n.attrs.get("scratch_bytes", 0))
+        less = 0 if level == "none" or not given else _strip(n, given)
+        if less != given:
+            params = [less if f == "scratch_bytes" else v for f, v in zip(n.attrs["param_names"], n.attrs["params"])]
+            n = n.copy(attrs={**n.attrs, "scratch_bytes": less, "params": params})
+        nodes.append(n)
+    return Graph(g.name, g.tensors, nodes, g.inputs, g.outputs, g.meta)
+
+
+def _strip(n: Node, given: int) -> int:
+    if n.attrs["kernel"] != "kiln_depthwise_conv2d_s8":
+        return given
+    geo = dict(zip(n.attrs["param_names"], (int(v) for v in n.attrs["params"])))
+    return tiling.depthwise_scratch(geo, min(given, tiling.one_window(geo)))
+
+
+def leading_run(g: Graph, scratch: Scratch) -> tuple[int, int]:
+    """[start, stop) of the first chain of tileable layers in the schedule (empty when there is none)."""
+    start = next((s for s, n in enumerate(g.nodes) if n.attrs.get("kernel") in tiling.TILEABLE), len(g.nodes))
+    stop = tiling.chain(g, start) if start < len(g.nodes) else start
+    compressed = next((s for s in range(start, stop) if g.nodes[s].name in scratch.layout), stop)
+    return start, compressed  # layers with LZ4-compressed weights are left out of the run
+
+
+def _buffers(g: Graph, base: list[Buffer], t: Tiling, scratch: Scratch, align: int) -> tuple[list[Buffer], list[Buffer]]:
+    s, e = t.start, t.stop - 1
+    inner = {g.nodes[i].outputs[0]: i - s for i in range(s, e)}
+    out = []
+    for b in base:
+        b = replace(b)
+        if b.scratch and s <= b.start <= e:
+            node = g.nodes[b.start]
+            b.size = round_up(scratch.kernel.get(node.name, 0) + tiling.kernel_scratch(g, t, b.start - s), align)
+        elif b.tensors[0] in inner:
+            b.size = round_up(tiling.tile_bytes(g, t, inner[b.tensors[0]]), align)
+        elif b.start <= e and b.end >= s:  # live during the run: live through all of it
+            b.start, b.end = min(b.start, s), max(b.end, e)
+        out.append(b)
+    extras = []
+    if tiling.needs_gather(g, t):
+        extras.append(Buffer([f"{g.nodes[s].name}#patch"], round_up(tiling.patch_bytes(g, t), align), s, s, scratch=True))
+    if tiling.needs_scatter(g, t):
+        extras.append(Buffer([f"{g.nodes[e].name}#tile"], round_up(tiling.tile_bytes(g, t, e - s), align), e, e, scratch=True))
+    return out, extras
+
+
+def _peak(bufs: list[Buffer], steps: int) -> int:
+    live = [0] * (steps + 2)
+    for b in bufs:
+        for step in range(max(b.start, 0), min(b.end, steps - 1) + 1):
+            live[step] += b.size
+    return max(live)
+
+
+def evaluate(g: Graph, base: list[Buffer], t: Tiling | None, scratch: Scratch, level: str, fast: dict[str, int],
+             untiled: dict[str, int]) -> Option:
+    """A candidate's cost (cheap; its memory is measured when needed). `fast`: the MACs of each layer that the
+    lowered graph gave scratch for its fast path; `untiled`: every layer's MACs."""
+    run = range(t.start, t.stop) if t else range(0)
+    extra = tiling.macs(g, t, untiled) - sum(untiled[g.nodes[s].name] for s in run) if t else 0
+    slow = sum(fast.get(n.name, 0) for s, n in enumerate(g.nodes) if s not in run and not n.attrs.get("scratch_bytes"))
+    slow += sum(tiling.layer_macs(g, t, s - t.start, untiled[g.nodes[s].name]) for s in run
+                if g.nodes[s].name in fast and not tiling.kernel_scratch(g, t, s - t.start))
+    return Option(g, scratch, level, t, base, extra, slow)
+
+
+def measure(p: Option, align: int) -> Option:
+    """The candidate's buffers and its peak of live arena bytes."""
+    if p.bound < 0:
+        g, t = p.graph, p.tiling
+        p.bufs, p.extras = _buffers(g, p.base, t, p.scratch, align) if t else ([replace(b) for b in p.base], [])
+        p.bound = _peak([b for b in p.bufs + p.extras if b.memory == "arena"], len(g.nodes))
+    return p
+
+
+def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
+            only: tuple[int, tuple[int, int]] | None = None) -> list[Option]:
+    """Every candidate over the scratch levels, cheapest first: layer by layer, then each tiling of the leading run
+    (`only`: just the tiling of steps up to that stop as that grid)."""
+    align = int(config["alignment"])
+    untiled = {n.name: node_macs(g, n) for n in g.nodes}
+    fast = {n.name: untiled[n.name] for n in g.nodes if n.attrs.get("scratch_bytes")}
+    found = []
+    for level in levels:
+        shrunk = shrink_scratch(g, level)
+        scratch = plan_scratch(shrunk, align, bool(config["lz4"]))
+        steps = {n.name: s for s, n in enumerate(shrunk.nodes)}
+        base = buffers(shrunk, bool(config["io_in_arena"]), align, in_place=bool(config["in_place"]),
+                       scratch={steps[node]: size for node, size in scratch.sizes.items()})
+        start, stop = leading_run(shrunk, scratch)
+        grids = tiling.candidates(shrunk, start, stop) if stop > start else []
+        if only:
+            grids = [t for t in grids if (t.stop, t.grid) == only]
+        runs = ([] if only else [None]) + [replace(t, scratch=inside) for t in grids
+                                           for inside in dict.fromkeys((level, "strip", "none"))]
+        found += [evaluate(shrunk, base, t, scratch, level, fast, untiled) for t in runs]
+    return sorted(found, key=lambda p: (p.rank, p.tiling.stop if p.tiling else 0, p.tiling.grid if p.tiling else (1, 1)))
+
+
+def _placed(p: Option, align: int) -> Option:
+    arena = [b for b in p.bufs + p.extras if b.memory == "arena"]
+    p.placement = place(arena, align, p.bound)
+    for b, offset in zip(arena, p.placement.offsets):
+        b.offset = offset
+    return p
+
+
+def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Option]]:
+    """The cheapest plan that fits `budget` (or None), and every candidate evaluated, cheapest first."""
+    align = int(config["alignment"])
+    plans = options(g, config)
+    tried = 0
+    for p in plans:
+        if measure(p, align).bound > budget:
+            continue
+        if _placed(p, align).size <= budget:
+            return p, plans
+        tried += 1
+        if tried >= MAX_PLACEMENTS:
+            break
+    least = smallest(plans, align)  # the plans of lowest peak, placed: the error reports the same arena
+    return (least if least is not None and least.size <= budget else None), plans
+
+
+def smallest(plans: list[Option], align: int) -> Option | None:
+    """The smallest placed arena among the candidates of lowest peak."""
+    lowest = sorted(plans, key=lambda p: (measure(p, align).bound, p.extra_macs))[:MAX_PLACEMENTS]
+    placed = [_placed(p, align) for p in lowest]
+    return min(placed, key=lambda p: (p.size, p.extra_macs), default=None)
+
+
+def describe(g: Graph, p: Option) -> str:
+    t = p.tiling
+    words = {"full": "", "strip": "depthwise scratch one window tall", "none": "no kernel scratch"}
+    scratch = f", {words[p.level]}" if p.level != "full" else ""
+    if t is None:
+        return f"layer by layer{scratch}"
+    first, last = g.nodes[t.start], g.nodes[t.stop - 1]
+    inside = f" ({words[t.scratch]})" if t.scratch != p.level else ""
+    return f"steps {t.start}-{t.stop - 1} ({first.name!r} to {last.name!r}) tiled {t.grid[0]}x{t.grid[1]}{inside}{scratch}"
+
+
+def limit(g: Graph, p: Option) -> str:
+    """What holds the plan's arena up: the live buffers at its peak step."""
+    arena = [b for b in p.bufs + p.extras if b.memory == "arena"]
+    step = max(range(len(g.nodes)), key=lambda s: (sum(b.size for b in arena if b.start <= s <= b.end), -s))
+    live = sorted((b for b in arena if b.start <= step <= b.end), key=lambda b: (-b.size, b.tensors[0]))
+    names = ", ".join(f"{b.tensors[0]} ({b.size} B)" for b in live)
+    return f"peak at step {step} (node {g.nodes[step].name!r}) with live buffers: {names}"
+
+
+def annotate(g: Graph, p: Option, annotate_untiled) -> None:
+    """Offsets as an untiled plan's, then each run node's per-tile parameters and pointer deltas."""
+    g.nodes = list(p.graph.nodes)
+    annotate_untiled(g, SimpleNamespace(all=p.bufs), p.scratch)
+    t = p.tiling
+    if t is None:
+        return
+    tiles = t.tiles()
+    for layer in range(t.stop - t.start):
+        node = g.nodes[t.start + layer]
+        vectors: list[list[int]] = []
+        index = []
+        for tile in tiles:
+            v = tiling.tile_params(g, t, layer, tile)
+            if v not in vectors:
+                vectors.append(v)
+            index.append(vectors.index(v))
+        node.attrs["tile_params"] = [x for v in vectors for x in v]
+        node.attrs["tile_index"] = index
+        node.attrs["tile_in"] = [0] * len(tiles)
+        node.attrs["tile_out"] = [0] * len(tiles)
+        if layer + 1 < t.stop - t.start:
+            g.tensors[node.outputs[0]].attrs["tile_bytes"] = tiling.tile_bytes(g, t, layer)
+    extras = {b.tensors[0].rsplit("#", 1)[1]: b for b in p.extras}
+    first, last = g.nodes[t.start], g.nodes[t.stop - 1]
+    x, y = g.tensors[first.inputs[0]], g.tensors[last.outputs[0]]
+    for k, (r, c) in enumerate(tiles):
+        wr, wc = t.rows.windows[0][r], t.cols.windows[0][c]
+        (o0, o1), (p0, p1) = t.rows.outputs[r], t.cols.outputs[c]
+        x_row, y_row = x.shape[2] * x.shape[3], y.shape[2] * y.shape[3]
+        if "patch" not in extras:
+            first.attrs["tile_in"][k] = wr.lo * x_row
+        if "tile" not in extras:
+            last.attrs["tile_out"][k] = o0 * y_row
+    if "patch" in extras:
+        first.attrs["tile_gather"] = [v for r, c in tiles for v in _copy(
+            t.rows.windows[0][r].hi - t.rows.windows[0][r].lo, t.cols.windows[0][c].hi - t.cols.windows[0][c].lo, x.shape,
+            t.rows.windows[0][r].lo, t.cols.windows[0][c].lo, gather=True)]
+        first.attrs["tile_gather_to"] = extras["patch"].offset
+        first.attrs["tile_copy_fields"] = list(COPY_FIELDS)
+    if "tile" in extras:
+        last.attrs["tile_scatter"] = [v for r, c in tiles for v in _copy(
+            t.rows.outputs[r][1] - t.rows.outputs[r][0], t.cols.outputs[c][1] - t.cols.outputs[c][0], y.shape,
+            t.rows.outputs[r][0], t.cols.outputs[c][0], gather=False)]
+        last.attrs["tile_scatter_from"] = extras["tile"].offset
+        last.attrs["tile_copy_fields"] = list(COPY_FIELDS)
+
+
+def _copy(rows: int, cols: int, shape: tuple[int, ...], row: int, col: int, gather: bool) -> list[int]:
+    """kiln_copy_part's fields moving a rows x cols window between a whole map of `shape` and a packed tile."""
+    row_bytes, window = shape[2] * shape[3], cols * shape[3]
+    at = row * row_bytes + col * shape[3]
+    fields = dict(elem_size=1, outer=rows, inner=window, in_stride=row_bytes if gather else window,
+                  in_offset=at if gather else 0, out_stride=window if gather else row_bytes, out_offset=0 if gather else at)
+    return [fields[f] for f in COPY_FIELDS]
+
+
+def finish(g: Graph, p: Option, config: dict, schedule: str, layer_by_layer: int, layer_bound: int, annotate_untiled) -> Graph:
+    """`g` (its schedule) planned as `p` (placed): offsets, per-tile calls and the meta a plan records."""
+    annotate(g, p, annotate_untiled)
+    g.meta.update({"arena_size": p.size, "lower_bound": p.bound, "alignment": int(config["alignment"]),
+                   "arena_ratio": round(p.size / p.bound, 4) if p.bound else 1.0,
+                   "schedule": schedule, "placement": p.placement.heuristic, "lz4": int(bool(config["lz4"]))})
+    g.meta.update(budget_meta(g, p, layer_by_layer, layer_bound))
+    return g
+
+
+def plan_tiled(graph: Graph, config: dict, stop: int, grid: tuple[int, int], level: str = "full") -> Graph:
+    """`graph` planned in its given order with its leading run up to step `stop` tiled as `grid` (tests, exploring)."""
+    from kiln.plan import _annotate, plan
+
+    untiled = plan(graph, dict(config, budget=0, reorder=False))
+    g = graph.copy()
+    for p in options(g, config, (level,), (stop, tuple(grid))):
+        if p.tiling.scratch != level:
+            continue
+        _placed(measure(p, int(config["alignment"])), int(config["alignment"]))
+        return finish(g, p, config, "given", untiled.meta["arena_size"], untiled.meta["lower_bound"], _annotate)
+    raise KilnError(f"graph {graph.name!r}: no tiling of steps up to {stop} as a {grid[0]}x{grid[1]} grid")
+
+
+def budget_meta(g: Graph, p: Option, layer_by_layer: int, layer_bound: int) -> dict:
+    """What the budget changed, for planned.kir, `kiln inspect` and the build report."""
+    meta = {"scratch_level": p.level, "extra_macs": p.extra_macs, "layer_by_layer_arena": layer_by_layer,
+            "layer_by_layer_bound": layer_bound}
+    if p.tiling:
+        t = p.tiling
+        meta.update({"tiled_run": [t.start, t.stop], "tile_grid": list(t.grid), "tile_scratch": t.scratch,
+                     "run_macs": tiling.run_macs(g, t.start, t.stop)})
+    return meta
+
+
+def over_budget_error(g: Graph, budget: int, best: Option) -> KilnError:
+    return KilnError(f"graph {g.name!r}: arena {best.size} bytes exceeds plan.budget {budget}; the smallest arena Kiln "
+                     f"reaches, with {describe(g, best)}, {best.extra_macs} extra MACs; {limit(g, best)}")
+
+
+def frontier(graph: Graph, config: dict) -> list[tuple[int, int, str]]:
+    """(arena bytes, extra MACs, plan) of the candidates no other beats on both, in the graph's best schedule.
+
+    Candidates are first filtered on their peak (a placement never goes below it), then placed.
+    """
+    from kiln.plan import plan
+
+    scheduled = plan(graph, dict(config, budget=0))
+    g = graph.copy()
+    g.nodes = [next(n for n in graph.nodes if n.name == m.name) for m in scheduled.nodes]
+    align, kept, lowest = int(config["alignment"]), [], None
+    for p in sorted(options(g, config), key=lambda p: (p.extra_macs, measure(p, align).bound, p.rank)):
+        if lowest is None or p.bound < lowest:
+            kept.append(p)
+            lowest = p.bound
+    placed = sorted(((_placed(p, align).size, p.extra_macs, describe(g, p)) for p in kept), key=lambda r: (r[1], r[0]))
+    best: list[tuple[int, int, str]] = []
+    for row in placed:
+        if not best or row[0] < best[-1][0]:
+            best.append(row)
+    return best
