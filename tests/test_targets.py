@@ -176,6 +176,9 @@ def test_scons_targets_check_and_target_change(tmp_path):
 
 
 # -- the kernels' paths per target ---------------------------------------------------------------
+M0_CASE_ARENA = 8192  # a case the micro:bit's 16 KB of RAM holds in a group of cases, with the stack
+
+
 @pytest.mark.parametrize("name", ["cortex-m55", "cortex-m0"])
 def test_kernel_sweeps_match_reference(tmp_path, name):
     """The int8 conv, depthwise, 1x1 and fully connected kernels over tests/test_cortex_m_kernels.py's seeded sweeps
@@ -191,14 +194,17 @@ def test_kernel_sweeps_match_reference(tmp_path, name):
     built, sources, models = [], [], []
     for case, graph, feeds, limit in all_cases():
         planned = plan(lower(graph, {"profile": "portable", "scratch_limit": limit}), PLAN)
+        if name == "cortex-m0" and int(planned.meta["arena_size"]) > M0_CASE_ARENA:
+            continue  # a zoo layer shape whose maps alone exceed the micro:bit's RAM
         for fname, text in generate(planned, case, DEFAULTS["codegen"]).items():
             (tmp_path / fname).write_bytes(text)
         sources.append(tmp_path / f"{case}.c")
         models.append(firmware_model(host.model_prefix(tmp_path / f"{case}.h"), (tmp_path / f"{case}.h").read_text()))
         built.append((case, graph, planned, feeds))
+    assert len(built) >= len(all_cases()) // 2, "the micro:bit runs at least half of the cases"
     kernels = {n.attrs["kernel"] for _, _, planned, _ in built for n in planned.nodes}
     assert {"kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8", "kiln_fully_connected_s8"} <= kernels
-    groups = [built[i::2] for i in range(2)] if name == "cortex-m0" else [built]  # the micro:bit's 256 KB of flash
+    groups = [built[i::4] for i in range(4)] if name == "cortex-m0" else [built]  # the micro:bit's 16 KB of RAM, 256 KB of flash
     for g, group in enumerate(groups):
         names = {case for case, *_ in group}
         image = cortex_m.build_firmware([s for s in sources if s.stem in names],
