@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -138,8 +138,8 @@ def _graph(job: StageRun, artifact: str):
     return serialize.load(job.inputs[artifact], level=_level(artifact))
 
 
-def _kir(graph, artifact: str) -> bytes:
-    return serialize.dumps(graph, level=_level(artifact))
+def _kir(graph, artifact: str) -> list[bytes | memoryview]:
+    return serialize.dump_chunks(graph, level=_level(artifact))  # written piece by piece, not joined first
 
 
 def _level(artifact: str) -> str:
@@ -188,10 +188,10 @@ def run_plan(job: StageRun) -> dict[str, bytes]:
     return {"planned.kir": _kir(planned, "planned.kir")}
 
 
-def run_codegen(job: StageRun) -> dict[str, bytes]:
-    from toolchain.codegen import generate
+def run_codegen(job: StageRun) -> dict[str, bytes | Iterable[bytes]]:
+    from toolchain.codegen import stream
 
-    return generate(_graph(job, "planned.kir"), job.model, job.config["codegen"])
+    return stream(_graph(job, "planned.kir"), job.model, job.config["codegen"])  # the source is written as it is made
 
 
 def run_stage(name: str, model: str, model_dir: Path, config: dict[str, dict[str, Any]], build_dir: Path) -> list[Path]:

@@ -162,7 +162,7 @@ class Rewriter:
         """A constant named after `base`; an existing `base` with the same content is shared, not duplicated."""
         arr = np.asarray(data)
         dtype = dtype or dtype_name(arr.dtype)
-        tensor = Tensor(base, arr.shape, dtype, layout, quant, arr.astype(DTYPES[dtype]))
+        tensor = Tensor(base, arr.shape, dtype, layout, quant, arr.astype(DTYPES[dtype], copy=False))
         old = self._tensors.get(base)
         if old is not None and old.data is not None and _same_constant(old, tensor):
             return base
