@@ -284,7 +284,7 @@ def _same(node, ins):
     return [(ins[0].shape, ins[0].dtype)]
 
 
-for _name in ("softmax", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu"):
+for _name in ("softmax", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu", "lrn_scale"):
     op(_name, "kernel", frozenset({"float32", "int8"}))(_same)
 
 
@@ -417,8 +417,15 @@ def _onnx_clip(node, ins):
     return [(ins[0].shape, ins[0].dtype)]
 
 
-for _name in ("Add", "Sub", "Mul", "Div"):
+for _name in ("Add", "Sub", "Mul", "Div", "Max", "Min"):
     op(_name, "source", NUMERIC)(_binary)
+
+
+@op("LRN", "source", FLOAT)
+def _onnx_lrn(node, ins):
+    if len(ins[0].shape) < 3:
+        raise OpError(f"LRN needs an input of rank >= 3 (N, C, ...), got {list(ins[0].shape)}")
+    return [(ins[0].shape, ins[0].dtype)]
 
 
 @op("Pow", "source", NUMERIC)

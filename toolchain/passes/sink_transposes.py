@@ -19,8 +19,8 @@ from toolchain.ir.graph import Graph, Node, QuantParams
 from toolchain.passes.layout import permuted, transpose_node, unit_only
 from toolchain.passes.rewrite import Rewriter, inverse, reshape_quant, transpose_quant
 
-UNARY = frozenset({"clamp", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu", "softmax"})
-BINARY = frozenset({"add", "sub", "mul", "div"})
+UNARY = frozenset({"clamp", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu", "lrn_scale", "softmax"})
+BINARY = frozenset({"add", "sub", "mul", "div", "maximum", "minimum"})
 AXES = frozenset({"pad", "slice", "split", "concat", "reshape"})
 
 
