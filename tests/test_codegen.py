@@ -303,3 +303,26 @@ def test_model_with_an_empty_arena_compiles_and_runs(tmp_path, objects):
     quantized, samples = int8_samples(out, count=3)
     got = host.run_executable(program(out, "single", objects), planned, samples)
     assert all(np.array_equal(g[0], w[0]) for g, w in zip(got, reference_outputs(quantized, samples)))
+
+
+def test_constant_arrays_are_written_in_chunks_as_one_rendering_would(monkeypatch):
+    """16 integers or 8 exact hexadecimal floats a line, whatever the chunking; 8-bit values go by table."""
+    import toolchain.codegen as codegen
+
+    def rendered(a: np.ndarray) -> str:
+        flat = a.ravel()
+        items = [f"{float(v).hex()}f" for v in flat] if flat.dtype == np.float32 else [str(int(v)) for v in flat]
+        per_line = 8 if flat.dtype == np.float32 else 16
+        return ",\n    ".join(", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)) or "0"
+
+    monkeypatch.setattr(codegen, "CHUNK_ELEMENTS", 32)
+    rng = np.random.default_rng(0)
+    for dtype in (np.int8, np.uint8, np.int16, np.int32, np.float32):
+        for size in (0, 1, 15, 16, 17, 31, 32, 33, 100):
+            if dtype == np.float32:
+                a = (rng.standard_normal(size) * 10.0 ** rng.integers(-30, 30, size)).astype(np.float32)
+            else:
+                info = np.iinfo(dtype)
+                a = rng.integers(info.min, int(info.max) + 1, size, dtype=np.int64).astype(dtype)
+                a[: min(size, 2)] = [info.min, info.max][: min(size, 2)]
+            assert b"".join(codegen._array_chunks(a.reshape(1, -1))).decode() == rendered(a), (dtype, size)
