@@ -18,8 +18,8 @@ replaced by a ConstantOfShape (one value repeated). They compile through every
 stage with one seeded 224x224 sample for calibration.
 
 Every stage runs in its own child process (as a build runs it), which loads
-the stage's modules first and then times `run_stage` alone (the median of
-`--repeat` runs for the chains): the seconds are the stage's work, not
+the stage's modules first and then times `run_stage` alone (the fastest of
+`--repeat` runs for the chains, as `timeit` takes: the run least disturbed): the seconds are the stage's work, not
 Python's start-up. The chains are measured in CPU seconds of the stage's
 process, which other jobs on a shared machine barely move (wall seconds are
 in the JSON too); the light models in wall seconds. The peak RSS
@@ -38,7 +38,6 @@ import argparse
 import json
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,8 +98,8 @@ def calibration(path: Path, shape: tuple[int, ...]) -> Path:
 
 
 def run_stages(source: Path, calib: Path, out: Path, repeat: int = 1) -> dict[str, Any]:
-    """Every stage of `source` in its own child process: seconds (median of `repeat` runs) and peak RSS per
-    stage, or the first error."""
+    """Every stage of `source` in its own child process: seconds (the fastest of `repeat` runs) and peak RSS
+    per stage, or the first error."""
     out.mkdir(parents=True, exist_ok=True)
     seconds, cpu, rss = {}, {}, {}
     for st in STAGES:
@@ -138,7 +137,7 @@ def child(stage: str, source: Path, calib: Path, out: Path, repeat: int) -> None
     except KilnError as exc:
         raise SystemExit(f"kiln: error: {exc}") from None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": round(statistics.median(runs), 3), "cpu_seconds": round(statistics.median(cpu), 3),
+    print(json.dumps({"seconds": round(min(runs), 3), "cpu_seconds": round(min(cpu), 3),
                       "peak_rss_mb": round(peak, 1)}))
 
 
@@ -201,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--chains", default=",".join(map(str, CHAINS)), help="chain lengths in nodes (multiples of 4), comma-separated")
     p.add_argument("--models", default=",".join(LIGHT), help="light models (names without light_), comma-separated; '' for none")
-    p.add_argument("--repeat", type=int, default=3, help="runs of each chain stage; the median counts (default 3)")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each chain stage; the fastest counts (default 3)")
     p.add_argument("--json", type=Path, help="also write the results as JSON")
     p.add_argument("--work", type=Path, help="keep every model's artifacts in this folder (default: a temporary one, emptied as it goes)")
     p.add_argument("--child", nargs=5, metavar=("STAGE", "SOURCE", "CALIB", "OUT", "REPEAT"), help=argparse.SUPPRESS)

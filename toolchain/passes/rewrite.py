@@ -3,9 +3,9 @@
 A pass builds a `Rewriter` over its input graph, walks the nodes in order and
 splices replacements in place, so the node order stays topological and nodes
 created while walking are seen by later matches. A pass that matches nothing
-costs one walk and the lookups it makes: the graph is not copied. Generated names derive
-from the name of the node being rewritten, so they depend only on the graph,
-never on the order in which the pass happened to visit things.
+costs one walk and the lookups it makes: the graph is not copied. Generated
+names derive from the name of the node being rewritten, so they depend only
+on the graph, never on the order in which the pass happened to visit things.
 """
 from __future__ import annotations
 
