@@ -4,7 +4,7 @@ Every model is compiled from its model.toml into a temporary folder (or read
 from `--build-root`, e.g. `build/host`, when built there already), then
 re-planned from its lowered graph for two comparisons: the given node order
 without in-place kernels (what a plain greedy-by-size planner gets), and
-`codegen.lz4 = true`. Code bytes are the `.text` of the generated model
+`plan.lz4 = true`. Code bytes are the `.text` of the generated model
 object, compiled with `arm-none-eabi-gcc -Os -mcpu=cortex-m4 -mthumb` (or the
 host `gcc -Os` when the cross compiler is missing; the row says which).
 
@@ -21,13 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from toolchain import config as model_config
-from toolchain.codegen import generate
-from toolchain.errors import KilnError
-from toolchain.host import RUNTIME, STRICT_FLAGS
-from toolchain.ir import load
-from toolchain.plan import plan
-from toolchain.stages import STAGES, run_stage
+from kiln import config as model_config
+from kiln.codegen import generate
+from kiln.errors import KilnError
+from kiln.host import RUNTIME, STRICT_FLAGS
+from kiln.ir import load
+from kiln.plan import plan
+from kiln.runner import run_stage
+from kiln.stages import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 CROSS = (["arm-none-eabi-gcc", "-Os", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"], "arm-none-eabi-size")
@@ -63,8 +64,8 @@ def bench_model(model: str, build: Path) -> dict:
     planned, lowered = load(build / "planned.kir"), load(build / "lowered.kir")
     code, compiler = code_bytes(build / f"{model}.c")
     given = plan(lowered, dict(cfg["plan"], reorder=False, in_place=False))
-    lz4_plan = plan(lowered, cfg["plan"], lz4=True)
-    lz4_files = generate(lz4_plan, model, dict(cfg["codegen"], lz4=True))
+    lz4_plan = plan(lowered, dict(cfg["plan"], lz4=True))
+    lz4_files = generate(lz4_plan, model, cfg["codegen"])
     return {
         "model": model,
         "arena_bytes": int(planned.meta["arena_size"]),

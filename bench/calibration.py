@@ -14,11 +14,11 @@ import time
 
 import numpy as np
 
-from toolchain.ir.graph import Graph, Node, Tensor
-from toolchain.quantize.calibration import observe_ranges
-from toolchain.quantize.config import CONFIG
-from toolchain.quantize.observers import MinMaxObserver
-from toolchain.reference.executor import run
+from kiln.ir.graph import Graph, Node, Tensor
+from kiln.quantize.calibration import observe_ranges
+from kiln.quantize.config import CONFIG
+from kiln.quantize.observers import MinMaxObserver
+from kiln.reference.executor import run
 
 CONFIG_DEFAULTS = {k: v.default for k, v in CONFIG.items()}
 

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.quantize.kept import load_samples
-from toolchain.errors import KilnError
-from toolchain.ir import load
-from toolchain.runio import quantize_inputs
-from toolchain.target.macs import graph_macs, node_macs
-from toolchain.target.qemu import run_firmware
-from toolchain.target.size import size_report
+from kiln.check import reference_outputs, seeded_inputs
+from kiln.quantize.kept import load_samples
+from kiln.errors import KilnError
+from kiln.ir import load
+from kiln.runio import quantize_inputs
+from kiln.target.macs import graph_macs, node_macs
+from kiln.target.qemu import run_firmware
+from kiln.target.size import size_report
 
 
 def bench_model(build: Path, layers: bool) -> dict:

@@ -37,15 +37,15 @@ from onnx.reference import ReferenceEvaluator
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ptq_patterns import BY_NAME, PATTERNS, Pattern  # noqa: E402
 
-from toolchain.frontends import import_model  # noqa: E402
-from toolchain.ir.graph import Graph  # noqa: E402
-from toolchain.passes import normalize  # noqa: E402
-from toolchain.passes.config import CONFIG as NORMALIZE_CONFIG  # noqa: E402
-from toolchain.quantize import quantize  # noqa: E402
-from toolchain.quantize.config import CONFIG as QUANT_CONFIG, OBSERVERS  # noqa: E402
-from toolchain.quantize.scheme import dequantize_array, quantize_array  # noqa: E402
-from toolchain.reference.batch import run_batch  # noqa: E402
-from toolchain.reference.int8 import INT8_IMPLS  # noqa: E402
+from kiln.frontends import import_model  # noqa: E402
+from kiln.ir.graph import Graph  # noqa: E402
+from kiln.normalize import normalize  # noqa: E402
+from kiln.normalize.config import CONFIG as NORMALIZE_CONFIG  # noqa: E402
+from kiln.quantize import quantize  # noqa: E402
+from kiln.quantize.config import CONFIG as QUANT_CONFIG, OBSERVERS  # noqa: E402
+from kiln.quantize.scheme import dequantize_array, quantize_array  # noqa: E402
+from kiln.reference.batch import run_batch  # noqa: E402
+from kiln.reference.int8 import INT8_IMPLS  # noqa: E402
 
 CALIBRATION_SAMPLES = 64
 TEST_SAMPLES = 64

@@ -1,13 +1,13 @@
 """The benchmark table: for every model in models/, size, memory, compile time, Cortex-M4 speed and int8 accuracy.
 
 Each model is compiled into a work folder (a temporary one unless `--work`),
-every stage run as the build runs it — its own `python -m toolchain stage`
+every stage run as the build runs it — its own `python -P -m kiln.runner`
 process — and timed by wall clock; with `--repeat N` each stage runs N times
 in a row (it rewrites the same bytes) and the median counts. Then:
 
 - parameters: the elements of the conv, depthwise and fully-connected
   weights and biases as compiled (batch norm folded in); MACs from
-  `toolchain.target.macs`;
+  `kiln.target.macs`;
 - weight, code, arena and lower-bound bytes from `bench/arena.py` (the
   planned graph and the generated sources);
 - Cortex-M4 instructions per inference (median over the seeded samples
@@ -31,7 +31,6 @@ in a row (it rewrites the same bytes) and the median counts. Then:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -47,21 +46,22 @@ import numpy as np
 
 import arena
 import cortex_m as m4_bench
-from toolchain import config as model_config, host
-from toolchain.check import seeded_inputs
-from toolchain.codegen.names import c_identifier
-from toolchain.errors import KilnError
-from toolchain.ir import load
-from toolchain.ir.graph import Graph
-from toolchain.plan import plan
-from toolchain.quantize.kept import load_samples, report_inputs
-from toolchain.quantize.report import report
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
-from toolchain.runio import quantize_inputs
-from toolchain.stages import STAGES
-from toolchain.target.cortex_m import build_firmware, firmware_model
-from toolchain.target.macs import graph_macs
+from kiln import config as model_config, host
+from kiln.check import seeded_inputs
+from kiln.stages import STAGES, symbol_prefix
+from kiln.errors import KilnError
+from kiln.ir import load
+from kiln.ir.graph import Graph
+from kiln.plan import plan
+from kiln.quantize.kept import load_samples, report_inputs
+from kiln.quantize.report import report
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
+from kiln.runio import quantize_inputs
+from kiln.model_table import firmware_model
+from kiln.target.cortex_m import build_firmware
+from kiln.target.macs import graph_macs
+from kiln.frontends.torch_module import load_model_py
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -75,7 +75,7 @@ def time_stages(model: str, build: Path, repeat: int) -> dict[str, float]:
     """Median wall-clock seconds of each stage, each run `repeat` times as its own `kiln stage` process."""
     seconds = {}
     for st in STAGES:
-        cmd = [sys.executable, "-m", "toolchain", "stage", st.name, "--model-dir", str(MODELS / model), "--build-dir", str(build)]
+        cmd = [sys.executable, "-P", "-m", "kiln.runner", st.name, "--model-dir", str(MODELS / model), "--build-dir", str(build)]
         runs = []
         for _ in range(repeat):
             start = time.perf_counter()
@@ -116,14 +116,7 @@ def accuracy(model: str, build: Path, source: str, prefix: str) -> dict[str, Any
 
 def load_model_py(path: Path) -> ModuleType:
     """A model.py by path, its folder importable while it loads (as the import stage loads it)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{path.parent.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
+    return load_model_py(path)
 
 
 def sqnr(build: Path) -> tuple[float | None, float]:
@@ -185,7 +178,7 @@ def tflite_columns(model: str, build: Path, source: str) -> dict[str, Any]:
         return {}
     path = MODELS / model / source
     cfg = model_config.load(MODELS / model / "model.toml")
-    with_io = plan(load(build / "lowered.kir"), dict(cfg["plan"], io_in_arena=True), lz4=cfg["codegen"]["lz4"])
+    with_io = plan(load(build / "lowered.kir"), dict(cfg["plan"], io_in_arena=True))
     tflm = tflm_memory(path, len(quantized.inputs))
     return {"tflm_arena_used_bytes": tflm["total"], "tflm_tensor_bytes": tflm["head"], "kiln_arena_io_bytes": int(with_io.meta["arena_size"]),
             "tflm_exact": tflm_exact(build, path)}
@@ -193,8 +186,7 @@ def tflite_columns(model: str, build: Path, source: str) -> dict[str, Any]:
 
 def cortex_m4(model: str, build: Path, prefix: str) -> dict[str, Any]:
     """Instructions per inference and per MAC of the model's firmware image under QEMU."""
-    planned = load(build / "planned.kir")
-    build_firmware([build / f"{model}.c"], [firmware_model(prefix, planned)], build / f"{model}.elf")
+    build_firmware([build / f"{model}.c"], [firmware_model(prefix, (build / f"{model}.h").read_text())], build / f"{model}.elf")
     row = m4_bench.bench_model(build, layers=False)
     if row["bit_exact"] != row["samples"]:
         raise KilnError(f"{model}: Cortex-M4 outputs differ from the integer reference on "
@@ -206,7 +198,7 @@ def bench_model(model: str, build: Path, repeat: int, m4: bool) -> dict[str, Any
     """One model's row (see the module docstring for what each number is)."""
     seconds = time_stages(model, build, repeat)
     cfg = model_config.load(MODELS / model / "model.toml")
-    prefix = cfg["codegen"]["prefix"] or c_identifier(model)
+    prefix = symbol_prefix(model, cfg["codegen"])
     planned = load(build / "planned.kir")
     memory = arena.bench_model(model, build)
     macs = graph_macs(planned)

@@ -52,12 +52,12 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from toolchain.stages import STAGES  # noqa: E402
+from kiln.stages import STAGES  # noqa: E402
 
 CHAINS = (100, 1000, 3000)
 LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19", "zfnet512")
 CHANNELS, SIDE = 8, 8
-STAGE_MODULES = ("toolchain.frontends.onnx", "toolchain.passes", "toolchain.quantize", "toolchain.lower", "toolchain.plan", "toolchain.codegen")
+STAGE_MODULES = ("kiln.frontends.onnx", "kiln.normalize", "kiln.quantize", "kiln.lower", "kiln.plan", "kiln.codegen")
 
 
 def light_dir() -> Path:
@@ -119,9 +119,9 @@ def child(stage: str, source: Path, calib: Path, out: Path, repeat: int) -> None
     """One stage, timed after its modules are loaded; prints {seconds, cpu_seconds, peak_rss_mb} as JSON."""
     import importlib
 
-    from toolchain.cli import resolve_source
-    from toolchain.errors import KilnError
-    from toolchain.stages import run_stage
+    from kiln.cli import resolve_source
+    from kiln.errors import KilnError
+    from kiln.runner import run_stage
 
     for module in STAGE_MODULES:
         importlib.import_module(module)

@@ -1,4 +1,4 @@
-/* Layer normalization over the last axis: the integer algorithm of toolchain/numerics/layernorm.py
+/* Layer normalization over the last axis: the integer algorithm of kiln/numerics/layernorm.py
  * (every intermediate bounded below 2^62 for rows of up to 65536 values), and float. */
 #include <math.h>
 

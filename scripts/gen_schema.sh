@@ -2,9 +2,9 @@
 # Regenerates the committed FlatBuffers Python bindings of the .kir schema.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="$root/toolchain/ir/fb"
+out="$root/kiln/ir/fb"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-flatc --python -o "$tmp" "$root/toolchain/ir/kir.fbs"
+flatc --python -o "$tmp" "$root/kiln/ir/kir.fbs"
 rm -rf "$out"
-mv "$tmp/toolchain/ir/fb" "$out"
+mv "$tmp/kiln/ir/fb" "$out"

@@ -17,7 +17,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from toolchain.stages import STAGES, config_schema  # noqa: E402
+from kiln.config import config_schema  # noqa: E402
+from kiln.stages import STAGES  # noqa: E402
 
 PAGE = ROOT / "docs" / "model-toml.md"
 TYPE_NAMES = {str: "string", int: "integer", float: "float", bool: "boolean", list: "list"}

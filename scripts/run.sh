@@ -7,4 +7,4 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/setup.sh"
 cd "$root"
 scons -Q -j"$(nproc)" "$@"
-python -m toolchain check build/host
+python -m kiln check build/host

@@ -26,6 +26,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q -r "$root/requirements.txt"
   "$venv/bin/python" -m pip install -q --no-deps -e "$root"
+  # The wheels of Kiln's runtime dependencies (pyproject.toml) at the pinned versions: tests/test_package.py
+  # installs the built Kiln wheel into a fresh virtual environment from them, without the network.
+  mapfile -t deps < <("$venv/bin/python" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$root/pyproject.toml")
+  "$venv/bin/python" -m pip download -q --only-binary=:all: -d "$venv/wheelhouse" -c "$root/requirements.txt" "${deps[@]}"
   echo "$want" > "$stamp"
 fi
 

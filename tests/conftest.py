@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_LINE = re.compile(r"^kiln (\w+) (\S+)$")
+STAGE_LINE = re.compile(r"^(?:\[\d+/\d+\] )?kiln (\w+) (\S+)$")  # `[k/n] kiln STAGE MODEL`
 
 
 def project_files() -> list[Path]:
@@ -62,6 +62,6 @@ def compiled(tmp_path_factory):
 @pytest.fixture(scope="session")
 def calibration(compiled):
     """calibration(model) -> the calibration samples the model's build keeps, per input."""
-    from toolchain.quantize.kept import load_samples
+    from kiln.quantize.kept import load_samples
 
     return lambda model: load_samples(compiled(model)).inputs

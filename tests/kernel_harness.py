@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from toolchain.ir.graph import DTYPES, Graph, Node, QuantParams, Tensor
-from toolchain.lower.abi import KERNELS
+from kiln.ir.graph import DTYPES, Graph, Node, QuantParams, Tensor
+from kiln.lower.abi import KERNELS
 
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = ROOT / "firmware_stubs"

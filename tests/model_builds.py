@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from toolchain import config as model_config
-from toolchain.stages import run_stage
+from kiln import config as model_config
+from kiln.runner import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
@@ -54,6 +54,8 @@ class ModelBuilds:
         cfg = model_config.load(ROOT / "models" / model / "model.toml")
         cfg["quant"]["mode"] = mode
         for table, values in tables.items():
+            unknown = set(values) - set(cfg[table])
+            assert not unknown, f"[{table}] has no key {sorted(unknown)}"  # an override must not be silently ignored
             cfg[table].update(values)
         return cfg
 

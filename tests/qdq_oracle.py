@@ -36,9 +36,9 @@ import onnx.version_converter
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from toolchain.ir.graph import Graph, Tensor
-from toolchain.quantize.scheme import FIXED_OUTPUT
-from toolchain.reference.int8 import INT8_IMPLS
+from kiln.ir.graph import Graph, Tensor
+from kiln.quantize.scheme import FIXED_OUTPUT
+from kiln.reference.int8 import INT8_IMPLS
 
 STEPS = 1
 DIFFERING = 0.01

@@ -2,7 +2,7 @@
 
 Shared by `tests/test_scons_matrix.py` (which asserts every row) and
 `bench/incremental.py` (which times every row and renders the table in
-`docs/build.md`). Rows on the toolchain's source modules and model.toml
+`docs/build.md`). Rows on the compiler's source modules and model.toml
 tables are generated from the stage registry, so a stage, table or module
 added later gets its rows without editing this file.
 
@@ -30,7 +30,8 @@ from onnx import numpy_helper
 
 from conftest import ROOT, copy_repo
 from onnx_models import small_cnn
-from toolchain.stages import COMMON_MODULES, STAGES, config_schema
+from kiln.config import config_schema
+from kiln.stages import COMMON_MODULES, STAGES
 
 # The snapshot's models: tiny_cnn (model.py, the PyTorch route) and onnx_cnn (an ONNX file with free
 # spatial dimensions bound in model.toml and calibration files): two frontends, and most rows stay
@@ -41,7 +42,7 @@ STAGE_NAMES = tuple(s.name for s in STAGES)
 CALIBRATION_FILE = "samples.npy"
 
 _ACTION_PATTERNS = (
-    (re.compile(r"^kiln (\w+) (\S+)$"), lambda m: f"kiln {m[1]} {m[2]}"),
+    (re.compile(r"^(?:\[\d+/\d+\] )?kiln (\w+) (\S+)$"), lambda m: f"kiln {m[1]} {m[2]}"),
     (re.compile(r"^model table (\S+)$"), lambda m: f"table {m[1]}"),
     (re.compile(r"^manifest (\S+)$"), lambda m: f"manifest {m[1]}"),
     (re.compile(r"^Retrieved `(.+)' from cache$"), lambda m: f"cache {m[1]}"),
@@ -371,7 +372,7 @@ def _probe_function(path: Path) -> None:
 
 
 def _bump_version(repo: Path) -> None:
-    path = repo / "toolchain/__init__.py"
+    path = repo / "kiln/__init__.py"
     text, count = re.subn(r'(__version__ = ")([^"]*)(")', r"\g<1>\g<2>+matrix\g<3>", path.read_text())
     if count != 1:
         raise AssertionError(f"{path}: no __version__ to edit")
@@ -412,13 +413,13 @@ def fixed_rows() -> list[Row]:
         Row("calibration-file", "the contents of a `quant.calibration` data file (onnx_cnn)",
             lambda repo: set_input_size(repo / "models" / ONNX_MODEL, 16, seed=8),
             lambda b: readers("quant", [ONNX_MODEL]) | from_stage("quantize", [ONNX_MODEL]) | model_output(b, ONNX_MODEL)),
-        Row("codegen:prefix", '`[codegen] prefix = "cnn"` (tiny_cnn): new symbol names, new model tables',
+        Row("codegen:prefix", '`[codegen] prefix = "cnn"` (tiny_cnn): new symbol names, new model tables; only codegen reads it',
             lambda repo: set_key(repo / "models/tiny_cnn/model.toml", "codegen", "prefix", "cnn"),
-            lambda b: table_edit("codegen", "codegen", "tiny_cnn") | {f"table {HOST}/tiny_cnn/tiny_cnn_models.c", f"table {HOST}/firmware_models.c"}
+            lambda b: stages(["codegen"], ["tiny_cnn"]) | {f"table {HOST}/tiny_cnn/tiny_cnn_models.c", f"table {HOST}/firmware_models.c"}
             | compiled(b, {f"{HOST}/tiny_cnn/tiny_cnn.o", f"{HOST}/tiny_cnn/tiny_cnn_models.o", f"{HOST}/firmware_models.o"}, changed=True)
             | manifests(["tiny_cnn"])),
         Row("template", "a jinja2 template: one more exported constant in `model.c.j2`",
-            lambda repo: append(repo / "toolchain/codegen/templates/model.c.j2", "\nconst int {{ prefix }}_matrix_probe = 1;\n"),
+            lambda repo: append(repo / "kiln/codegen/templates/model.c.j2", "\nconst int {{ prefix }}_matrix_probe = 1;\n"),
             lambda b: stages(["codegen"], b.models) | compiled(b, {f"{HOST}/{m}/{m}.o" for m in b.models}, changed=True)
             | manifests(b.models)),
         Row("stub.c:comment", "a comment in a kernel stub `.c`", lambda repo: append(_first_stub(repo), "/* a comment */\n"),
@@ -435,7 +436,10 @@ def fixed_rows() -> list[Row]:
             lambda b: compiled(b, b.includers(b.repo / "runtime/kiln_kernels.h"), changed=False)),
         Row("cflags", "compiler flags: `-O2` to `-O1` in `SConstruct`",
             lambda repo: replace_once(repo / "SConstruct", '"-O2"', '"-O1"'), _all_c),
-        Row("version", "the toolchain version (`toolchain/__init__.py`)", _bump_version,
+        Row("cli.py:help", "a help text of the `kiln` command line (`kiln/cli.py`): no stage runs it",
+            lambda repo: replace_once(repo / "kiln/cli.py", "run every stage on a model source, without SCons",
+                                      "run every stage on a model source (no SCons needed)"), lambda b: set()),
+        Row("version", "the compiler version (`kiln/__init__.py`)", _bump_version,
             lambda b: from_stage(STAGE_NAMES[0], b.models)),
         Row("model:rename", "renaming a model folder (onnx_cnn to renamed_cnn)",
             lambda repo: (repo / "models" / ONNX_MODEL).rename(repo / "models/renamed_cnn"), lambda b: new_model(b, "renamed_cnn")),

@@ -6,11 +6,11 @@ import pytest
 
 from conftest import ROOT
 from test_digits import digits_module, float_predictions
-from toolchain import host
-from toolchain.ir import load
-from toolchain.quantize.kept import load_samples, report_inputs
-from toolchain.quantize.report import report
-from toolchain.runio import quantize_inputs
+from kiln import host
+from kiln.ir import load
+from kiln.quantize.kept import load_samples, report_inputs
+from kiln.quantize.report import report
+from kiln.runio import quantize_inputs
 
 # Output SQNR (dB) of the int8 model against float on the 16 calibration samples its build keeps (as `kiln
 # report` measures it; the QDQ files' on the samples onnxruntime calibrated them with); the

@@ -10,10 +10,10 @@ import pytest
 
 from conftest import ROOT
 from test_end_to_end import load_model_py
-from toolchain.cli import main as kiln
-from toolchain.ir import load
-from toolchain.stages import STAGES
-from toolchain.target.macs import graph_macs
+from kiln.cli import main as kiln
+from kiln.ir import load
+from kiln.stages import STAGES
+from kiln.target.macs import graph_macs
 
 MODEL = "tiny_cnn"
 KEYS = {"model", "params", "macs", "weight_bytes", "code_bytes", "arena_bytes", "lower_bound_bytes", "arena_ratio",

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from model_builds import ROOT, ModelBuilds, shared_root
-from toolchain.ir import load
+from kiln.ir import load
 
 
 def bench_module():

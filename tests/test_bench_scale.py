@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from conftest import ROOT
-from toolchain.stages import STAGES
+from kiln.stages import STAGES
 
 
 def test_scale_bench_writes_its_table_and_json(tmp_path):

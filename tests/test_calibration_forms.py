@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolchain.cli import main, resolve_source
-from toolchain.errors import KilnError
-from toolchain.stages import run_stage
+from kiln.cli import main, resolve_source
+from kiln.errors import KilnError
+from kiln.runner import run_stage
 
 NET = """
 import torch

@@ -10,7 +10,7 @@ from conftest import scons
 
 
 def check(repo: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolchain", "check", "build/host"], cwd=repo, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "kiln", "check", "build/host"], cwd=repo, capture_output=True, text=True)
 
 
 def row(output: str, model: str) -> str:

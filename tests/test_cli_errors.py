@@ -12,7 +12,7 @@ from conftest import ROOT
 
 
 def kiln(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolchain", *args], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "kiln", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

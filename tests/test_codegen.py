@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 
 from model_builds import FLOAT_CAPABLE, MODELS, ModelBuilds, shared_root
-from toolchain import host
-from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.codegen import generate
-from toolchain.errors import KilnError
-from toolchain.ir import Graph, load
-from toolchain.plan import plan
-from toolchain.quantize.kept import load_samples
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
-from toolchain.runio import quantize_inputs
+from kiln import config, host
+from kiln.check import reference_outputs, seeded_inputs
+from kiln.codegen import generate
+from kiln.errors import KilnError
+from kiln.ir import Graph, load
+from kiln.plan import plan
+from kiln.quantize.kept import load_samples
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
+from kiln.runio import quantize_inputs
 
 PROBE = Path(__file__).parent / "c" / "invoke_probe.c"
-VARIANTS = {"lz4": ({}, {"lz4": True}), "io_in_arena": ({"io_in_arena": True}, {})}
+VARIANTS = {"lz4": ({"lz4": True}, {}), "io_in_arena": ({"io_in_arena": True}, {})}
 FLOAT_TOLERANCE = 1e-4  # max |C - reference| relative to max(1, max |reference|): float32 summation order
 
 
@@ -94,7 +94,7 @@ def test_models_link_into_one_program(builds, objects, tmp_path):
     """Three models (one LZ4, one with its own symbol prefix) in one sanitized program, each run by name."""
     parts = [("tiny_cnn", builds.variant("tiny_cnn", "plain"), "tiny_cnn"),
              ("kws_dscnn", builds.variant("kws_dscnn", "prefixed", codegen={"prefix": "kws"}), "kws"),
-             ("digits_cnn", builds.variant("digits_cnn", "lz4", codegen={"lz4": True}), "digits_cnn")]
+             ("digits_cnn", builds.variant("digits_cnn", "lz4", plan={"lz4": True}), "digits_cnn")]
     exe = host.build_executable([out / f"{m}.c" for m, out, _ in parts], [p for _, _, p in parts], tmp_path / "three",
                                 sanitize=True, object_cache=objects)
     listing = subprocess.run([str(exe), "--list"], capture_output=True, text=True, check=True).stdout
@@ -128,7 +128,7 @@ def _symbol_sections(obj: Path) -> dict[str, tuple[str, int]]:
 
 @pytest.mark.parametrize("lz4", [False, True])
 def test_weights_live_in_the_named_section(builds, lz4):
-    out = builds.variant("tiny_cnn", f"section{int(lz4)}", codegen={"weights_section": ".kiln_weights", "lz4": lz4})
+    out = builds.variant("tiny_cnn", f"section{int(lz4)}", plan={"lz4": lz4}, codegen={"weights_section": ".kiln_weights"})
     obj = _compile_object(out, "tiny_cnn")
     headers = subprocess.run(["objdump", "-h", str(obj)], capture_output=True, text=True, check=True).stdout
     section = re.search(r"^\s*\d+ \.kiln_weights\s+([0-9a-f]+)", headers, re.M)
@@ -184,15 +184,18 @@ def test_model_names_that_cannot_name_files_are_refused(builds, name):
 
 
 def test_codegen_is_deterministic(builds):
-    planned = load(builds.variant("kws_dscnn", "lz4", codegen={"lz4": True}) / "planned.kir")
-    cfg = builds.config("kws_dscnn", codegen={"lz4": True})["codegen"]
+    planned = load(builds.variant("kws_dscnn", "lz4", plan={"lz4": True}) / "planned.kir")
+    cfg = builds.config("kws_dscnn")["codegen"]
     assert generate(planned, "kws_dscnn", cfg) == generate(planned, "kws_dscnn", cfg)
 
 
-def test_codegen_refuses_a_plan_made_without_lz4(builds):
-    planned = load(builds.variant("tiny_cnn", "plain") / "planned.kir")
-    with pytest.raises(KilnError, match="re-run the plan stage"):
-        generate(planned, "tiny_cnn", builds.config("tiny_cnn", codegen={"lz4": True})["codegen"])
+def test_lz4_is_a_plan_key_and_codegen_follows_the_plan(builds):
+    """The plan decides what is compressed (`plan.lz4`); codegen reads only `[codegen]`, so the old key names the new one."""
+    with pytest.raises(KilnError, match=r"unknown key 'codegen.lz4' \(did you mean 'plan.lz4'\?\)"):
+        config.validate({"codegen": {"lz4": True}}, "model.toml")
+    planned = load(builds.variant("tiny_cnn", "lz4", plan={"lz4": True}) / "planned.kir")
+    text = generate(planned, "tiny_cnn", builds.config("tiny_cnn")["codegen"])["tiny_cnn.c"].decode()
+    assert planned.meta["lz4"] == 1 and "kiln_lz4_decompress(" in text
 
 
 def _parse_hooks(raw: bytes) -> list[tuple[int, int, str, bytes]]:
@@ -209,7 +212,7 @@ def _parse_hooks(raw: bytes) -> list[tuple[int, int, str, bytes]]:
 
 @pytest.mark.parametrize("model,variant", [("tiny_resnet", "plain"), ("kws_dscnn", "lz4")])
 def test_layer_hook_sees_every_layer_and_its_output(builds, objects, model, variant):
-    out = builds.variant(model, variant, codegen={"lz4": variant == "lz4"})
+    out = builds.variant(model, variant, plan={"lz4": variant == "lz4"})
     planned = load(out / "planned.kir")
     quantized, samples = int8_samples(out, count=1)
     exe = program(out, model, objects, "probe", main=PROBE)
@@ -273,8 +276,8 @@ def test_lz4_float_weights_decompress_exactly(builds, objects, tmp_path):
     for lz4 in (False, True):
         folder = tmp_path / f"lz4_{int(lz4)}"
         folder.mkdir()
-        planned = plan(lowered, cfg["plan"], lz4=lz4)
-        for name, text in generate(planned, "tiny_resnet", dict(cfg["codegen"], lz4=lz4)).items():
+        planned = plan(lowered, dict(cfg["plan"], lz4=lz4))
+        for name, text in generate(planned, "tiny_resnet", cfg["codegen"]).items():
             (folder / name).write_bytes(text)
         if lz4:
             assert any(t.dtype == "float32" and "lz4_bytes" in t.attrs for t in planned.tensors.values())
@@ -287,7 +290,7 @@ def test_model_with_an_empty_arena_compiles_and_runs(tmp_path, objects):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from toolchain.cli import main as kiln
+    from kiln.cli import main as kiln
 
     rng = np.random.default_rng(3)
     w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")
@@ -307,7 +310,7 @@ def test_model_with_an_empty_arena_compiles_and_runs(tmp_path, objects):
 
 def test_constant_arrays_are_written_in_chunks_as_one_rendering_would(monkeypatch):
     """16 integers or 8 exact hexadecimal floats a line, whatever the chunking; 8-bit values go by table."""
-    import toolchain.codegen as codegen
+    import kiln.codegen as codegen
 
     def rendered(a: np.ndarray) -> str:
         flat = a.ravel()

@@ -1,8 +1,8 @@
 """model.toml validation: every key known, typed, and errors that name the file, key and closest key."""
 import pytest
 
-from toolchain import config
-from toolchain.errors import KilnError
+from kiln import config
+from kiln.errors import KilnError
 
 
 def write(tmp_path, text):
@@ -15,7 +15,7 @@ def test_defaults_fill_every_table(tmp_path):
     cfg = config.load(write(tmp_path, ""))
     assert cfg["model"]["source"] == "model.py"
     assert cfg["plan"]["alignment"] == 16 and cfg["plan"]["budget"] == 0
-    assert set(cfg) == set(config._schema())
+    assert set(cfg) == set(config.config_schema())
 
 
 def test_unknown_key_suggests_closest(tmp_path):

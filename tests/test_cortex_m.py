@@ -16,17 +16,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolchain import host
-from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.cli import resolve_source
-from toolchain.errors import KilnError
-from toolchain.ir import load
-from toolchain.ir.graph import Graph, Node, Tensor
-from toolchain.quantize.kept import load_samples
-from toolchain.runio import quantize_inputs
-from toolchain.stages import STAGES, run_stage
-from toolchain.target import cortex_m, qemu, size
-from toolchain.target.macs import graph_macs, node_macs
+from kiln import host
+from kiln.check import reference_outputs, seeded_inputs
+from kiln.cli import resolve_source
+from kiln.errors import KilnError
+from kiln.ir import load
+from kiln.ir.graph import Graph, Node, Tensor
+from kiln.model_table import firmware_model
+from kiln.quantize.kept import load_samples
+from kiln.runio import quantize_inputs
+from kiln.runner import run_stage
+from kiln.stages import STAGES
+from kiln.target import cortex_m, qemu, size
+from kiln.target.macs import graph_macs, node_macs
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
@@ -345,7 +347,7 @@ def test_model_matches_host_program_and_reference(name, tmp_path):
     source, prefix = tmp_path / f"{name}.c", host.model_prefix(tmp_path / f"{name}.h")
     quantized, planned = load(tmp_path / "quantized.kir"), load(tmp_path / "planned.kir")
     exe = host.build_executable([source], [prefix], tmp_path / "host_program")
-    elf = cortex_m.build_firmware([source], [cortex_m.firmware_model(prefix, planned)], tmp_path / "firmware" / f"{name}.elf")
+    elf = cortex_m.build_firmware([source], [firmware_model(prefix, (tmp_path / f"{name}.h").read_text())], tmp_path / "firmware" / f"{name}.elf")
 
     samples = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(tmp_path).inputs))
     run = qemu.run_firmware(elf, planned, samples)

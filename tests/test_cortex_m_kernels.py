@@ -15,15 +15,16 @@ import pytest
 
 from kernel_harness import act, q, random_int8, single_node
 from test_kernels import BLOCK_CASES, _calibrate
-from toolchain.codegen import generate
-from toolchain.config import validate
-from toolchain.host import model_prefix
-from toolchain.ir.graph import Graph, QuantParams, Tensor
-from toolchain.lower import lower
-from toolchain.plan import plan
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
-from toolchain.target import cortex_m, qemu
+from kiln.codegen import generate
+from kiln.config import validate
+from kiln.host import model_prefix
+from kiln.ir.graph import Graph, QuantParams, Tensor
+from kiln.lower import lower
+from kiln.model_table import firmware_model
+from kiln.plan import plan
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
+from kiln.target import cortex_m, qemu
 
 CASES_PER_FAMILY = 12
 DEFAULTS = validate({}, "kernel test")
@@ -79,7 +80,7 @@ def image(tmp_path_factory) -> tuple[Path, list[tuple[str, Graph, Graph, dict]]]
         for fname, text in generate(planned, name, DEFAULTS["codegen"]).items():
             (d / fname).write_bytes(text)
         sources.append(d / f"{name}.c")
-        models.append(cortex_m.firmware_model(model_prefix(d / f"{name}.h"), planned))
+        models.append(firmware_model(model_prefix(d / f"{name}.h"), (d / f"{name}.h").read_text()))
         built.append((name, graph, planned, feeds))
     return cortex_m.build_firmware(sources, models, d / "kernels.elf"), built
 

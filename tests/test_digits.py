@@ -6,7 +6,6 @@ tests (for instance the generated-C accuracy check).
 from __future__ import annotations
 
 import functools
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -15,14 +14,15 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from toolchain.frontends import import_model
-from toolchain.ir.graph import Graph
-from toolchain.ir.verify import verify
-from toolchain.passes import normalize
-from toolchain.passes.config import CONFIG as NORMALIZE_CONFIG
-from toolchain.quantize import quantize
-from toolchain.quantize.config import CONFIG as QUANT_CONFIG
-from toolchain.quantize.report import report, run_quantized
+from kiln.frontends import import_model
+from kiln.ir.graph import Graph
+from kiln.ir.verify import verify
+from kiln.normalize import normalize
+from kiln.normalize.config import CONFIG as NORMALIZE_CONFIG
+from kiln.quantize import quantize
+from kiln.quantize.config import CONFIG as QUANT_CONFIG
+from kiln.quantize.report import report, run_quantized
+from kiln.frontends.torch_module import load_model_py
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "digits_cnn"
 
@@ -30,10 +30,7 @@ MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "digits_cnn"
 @functools.cache
 def digits_module() -> ModuleType:
     """models/digits_cnn/model.py, loaded by path."""
-    spec = importlib.util.spec_from_file_location("digits_cnn_model", MODEL_DIR / "model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_model_py(MODEL_DIR / "model.py", "digits_cnn_model")
 
 
 @functools.cache

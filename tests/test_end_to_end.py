@@ -1,10 +1,8 @@
 """Every model in models/: compiled, built with strict flags and sanitizers, run bit-exact with the reference."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +10,13 @@ import pytest
 import torch
 
 from conftest import ROOT
-from toolchain import host
-from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.cli import main as kiln
-from toolchain.ir import load
-from toolchain.ir.verify import verify
-from toolchain.runio import dequantize_outputs, quantize_inputs
+from kiln import host
+from kiln.check import reference_outputs, seeded_inputs
+from kiln.cli import main as kiln
+from kiln.frontends.torch_module import load_model_py
+from kiln.ir import load
+from kiln.ir.verify import verify
+from kiln.runio import dequantize_outputs, quantize_inputs
 
 MODELS = sorted(p.parent.name for p in (ROOT / "models").glob("*/model.toml"))
 SKELETON_MODELS = ["digits_cnn", "tiny_cnn", "tiny_resnet"]
@@ -50,15 +49,7 @@ def test_generated_c_is_bit_exact_with_reference_under_sanitizers(compiled, cali
 
 
 def load_model_py(model: str):
-    path = ROOT / "models" / model / "model.py"
-    spec = importlib.util.spec_from_file_location(f"kiln_test_{model}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
-    return module
+    return load_model_py(ROOT / "models" / model / "model.py")
 
 
 @pytest.mark.parametrize("model", SKELETON_MODELS)

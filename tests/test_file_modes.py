@@ -41,9 +41,9 @@ def onnx_model(folder: Path) -> Path:
 def test_compile_and_reports_follow_the_umask(tmp_path, umask):
     model = onnx_model(tmp_path / "models" / "net")
     out = tmp_path / "root" / "net"
-    run([sys.executable, "-m", "toolchain", "compile", str(model), "-o", str(out)], tmp_path, umask)
-    run([sys.executable, "-m", "toolchain", "report", str(out), "--json", str(out / "report.json")], tmp_path, umask)
-    run([sys.executable, "-m", "toolchain", "build-report", "root", "-o", "root/report.html"], tmp_path, umask)
+    run([sys.executable, "-m", "kiln", "compile", str(model), "-o", str(out)], tmp_path, umask)
+    run([sys.executable, "-m", "kiln", "report", str(out), "--json", str(out / "report.json")], tmp_path, umask)
+    run([sys.executable, "-m", "kiln", "build-report", "root", "-o", "root/report.html"], tmp_path, umask)
     found = modes(tmp_path / "root")
     assert {"net/planned.kir", "net/net.c", "net/samples.npz", "net/report.json", "report.html"} <= set(found)
     assert all(mode == 0o666 & ~umask for mode in found.values()), found

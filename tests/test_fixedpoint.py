@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel_harness import model_activation_range, model_quantize_multiplier, model_requantize, round_half_away as exact_round
-from toolchain.numerics.fixedpoint import (
+from kiln.numerics.fixedpoint import (
     INT32_MAX,
     INT32_MIN,
     activation_range,
@@ -19,9 +19,9 @@ from toolchain.numerics.fixedpoint import (
     requantize,
     round_half_away,
 )
-from toolchain.numerics.lut import build_lut
-from toolchain.numerics.params import add_params, channel_multipliers, mul_multiplier
-from toolchain.numerics.softmax import softmax_params
+from kiln.numerics.lut import build_lut
+from kiln.numerics.params import add_params, channel_multipliers, mul_multiplier
+from kiln.numerics.softmax import softmax_params
 
 CORNERS = [INT32_MIN, INT32_MIN + 1, -(2**30), -1, 0, 1, 2**30, INT32_MAX - 1, INT32_MAX]
 int32s = st.one_of(st.sampled_from(CORNERS), st.integers(INT32_MIN, INT32_MAX))

@@ -22,11 +22,11 @@ from onnx import helper, numpy_helper
 
 from qdq_oracle import reference_run
 from onnx_models import FLOAT, OP_CASES, Case, export_torch_model, gelu_erf_model, gelu_tanh_model, make_model, quantize_qdq, shape_subgraph_model, silu_model, small_cnn
-from toolchain.errors import KilnError
-from toolchain.frontends.onnx import import_onnx
-from toolchain.ir.graph import DTYPES, Graph
-from toolchain.ir.serialize import dumps
-from toolchain.reference.executor import FLOAT_IMPLS, run
+from kiln.errors import KilnError
+from kiln.frontends.onnx import import_onnx
+from kiln.ir.graph import DTYPES, Graph
+from kiln.ir.serialize import dumps
+from kiln.reference.executor import FLOAT_IMPLS, run
 
 NEWEST_OPSET = onnx.defs.onnx_opset_version()
 

@@ -25,12 +25,12 @@ from tflite_micro.tensorflow.lite.micro.compression import model_editor as me
 from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as tfl
 
 from test_tflite_parity import SWEEPS, random_feeds, seeded
-from toolchain.errors import KilnError
-from toolchain.export.tflite import to_tflite
-from toolchain.frontends.tflite import import_tflite
-from toolchain.numerics import tflm
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
+from kiln.errors import KilnError
+from kiln.export.tflite import to_tflite
+from kiln.frontends.tflite import import_tflite
+from kiln.numerics import tflm
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
 
 ROOT = Path(__file__).resolve().parent.parent
 Op = tfl.BuiltinOperator
@@ -255,7 +255,7 @@ def test_bad_file_one_clear_error(case: str, tmp_path: Path) -> None:
     with pytest.raises(KilnError, match=message):
         import_tflite(path, "net", {})
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "toolchain", "compile", str(path), "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "kiln", "compile", str(path), "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr.startswith("kiln: error: "), proc.stderr
     assert not any(p.suffix in (".kir", ".c", ".h") for p in out.rglob("*"))
 
@@ -286,10 +286,10 @@ def test_every_unsupported_operator_listed_at_once(tmp_path: Path) -> None:
 def test_quantized_graph_passes_normalize_and_quantize_unchanged(tmp_path: Path) -> None:
     """A quantized file is int8 from the import on: normalize only orders it canonically, quantize keeps
     it without calibration, and asking for the float path is an error."""
-    from toolchain.ir.serialize import dumps
-    from toolchain.passes import normalize
-    from toolchain.passes.manager import canonicalize
-    from toolchain.quantize import quantize
+    from kiln.ir.serialize import dumps
+    from kiln.normalize import normalize
+    from kiln.normalize.manager import canonicalize
+    from kiln.quantize import quantize
 
     graph = import_tflite(write(tmp_path, simple_model()), "net", {}).graph
     normalized = normalize(graph, {})

@@ -23,13 +23,13 @@ import torch
 from torch import nn
 
 from torch_models import CASES, Case
-from toolchain import ir
-from toolchain.errors import KilnError
-from toolchain.frontends import import_model
-from toolchain.frontends.torch_module import import_module
-from toolchain.samples import collect
-from toolchain.ir.verify import verify
-from toolchain.reference.executor import run
+from kiln import ir
+from kiln.errors import KilnError
+from kiln.frontends import import_model
+from kiln.frontends.torch_module import import_module, load_model_py
+from kiln.samples import collect
+from kiln.ir.verify import verify
+from kiln.reference.executor import run
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "models"
@@ -54,12 +54,7 @@ def _eager(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarr
 
 def _load_model_py(path: Path):
     """The model.py module itself, to run it eagerly next to its import."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_test_{path.parent.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_model_py(path)
 
 
 def _write_model(folder: Path, body: str) -> Path:
@@ -204,8 +199,8 @@ def test_import_is_deterministic_across_runs_and_processes() -> None:
     first = ir.dumps(import_model(path, "tiny_resnet", {}).graph)
     assert first == ir.dumps(import_model(path, "tiny_resnet", {}).graph)
     code = (
-        "import hashlib, sys; from pathlib import Path; from toolchain import ir; "
-        "from toolchain.frontends import import_model; "
+        "import hashlib, sys; from pathlib import Path; from kiln import ir; "
+        "from kiln.frontends import import_model; "
         "print(hashlib.sha256(ir.dumps(import_model(Path(sys.argv[1]), 'tiny_resnet', {}).graph)).hexdigest())"
     )
     env = dict(os.environ, PYTHONHASHSEED="12345")

@@ -20,18 +20,18 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnx_models import make_model
-from toolchain import config as model_config
-from toolchain.codegen import generate
-from toolchain.errors import KilnError
-from toolchain.ir import Graph, Node, QuantParams, Tensor, load
-from toolchain.plan import plan
-from toolchain.quantize.scheme import quantize_array
+from kiln import config as model_config
+from kiln.codegen import generate
+from kiln.errors import KilnError
+from kiln.ir import Graph, Node, QuantParams, Tensor, load
+from kiln.plan import plan
+from kiln.quantize.scheme import quantize_array
 
-PLAN = {"alignment": 16, "budget": 0, "io_in_arena": False, "reorder": True, "in_place": True}
+PLAN = {"alignment": 16, "budget": 0, "io_in_arena": False, "reorder": True, "in_place": True, "lz4": False}
 
 
 def kiln(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolchain", *args], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "kiln", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -67,7 +67,7 @@ def test_injected_weights_section_is_refused_at_config_and_at_codegen(compiled, 
     raises_one_line(lambda: model_config.validate({"codegen": {"weights_section": value}}, "model.toml"),
                     "model.toml", "codegen.weights_section")
     planned = load(compiled("tiny_cnn") / "planned.kir")
-    raises_one_line(lambda: generate(planned, "tiny_cnn", {"prefix": "", "lz4": False, "weights_section": value}),
+    raises_one_line(lambda: generate(planned, "tiny_cnn", {"prefix": "", "weights_section": value}),
                     "weights_section")
 
 
@@ -207,8 +207,8 @@ def _duplicate_first(data: bytes, suffix: str, content: bytes) -> bytes:
 def test_pt2_with_a_duplicate_member_is_refused_before_torch_reads_it(tmp_path, monkeypatch):
     import torch
 
-    from toolchain.frontends import import_model
-    from toolchain.frontends.torch_pt2 import check_archive
+    from kiln.frontends import import_model
+    from kiln.frontends.torch_pt2 import check_archive
 
     module = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU()).eval()
     buf = io.BytesIO()

@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 
 from conftest import ROOT
 from scons_matrix import add_onnx_model, fresh_clone, shared_snapshot
-from toolchain import config as model_config
-from toolchain.check import check_all
-from toolchain.codegen import generate
-from toolchain.codegen.names import c_identifier
-from toolchain.errors import KilnError
-from toolchain.ir import load
-from toolchain.stages import config_schema, run_stage
+from kiln import config as model_config
+from kiln.check import check_all
+from kiln.codegen import generate
+from kiln.names import c_identifier
+from kiln.errors import KilnError
+from kiln.ir import load
+from kiln.config import config_schema
+from kiln.runner import run_stage
 
 FRAGMENTS = ['"', "'", "\\", "\n", "\r", "\t", "*/", "/*", "//", "??=", "#include </etc/passwd>", "#define X",
              '")));int kiln_injected(void){return 42;}', "kiln_injected", "`touch PWN`", "$(touch PWN)", "$HOME",

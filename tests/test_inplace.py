@@ -14,19 +14,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolchain import host
-from toolchain.check import reference_outputs
-from toolchain.codegen import generate
-from toolchain.ir import Graph, Node, QuantParams, Tensor
-from toolchain.lower import lower
-from toolchain.plan import plan
-from toolchain.plan.inplace import IN_PLACE
+from kiln import host
+from kiln.check import reference_outputs
+from kiln.codegen import generate
+from kiln.ir import Graph, Node, QuantParams, Tensor
+from kiln.lower import lower
+from kiln.plan import plan
+from kiln.plan.inplace import IN_PLACE
 
 UNARY = {"sigmoid": {}, "tanh": {}, "hardswish": {}, "hardsigmoid": {"alpha": 0.2, "beta": 0.5}, "silu": {},
          "gelu": {"approximate": "none"}, "leaky_relu": {"alpha": 0.07}, "clamp": {"act_min": -0.5, "act_max": 0.75}}
 BINARY = ("add", "sub", "mul", "div")
 SHAPE = (2, 3, 5, 4)
-PLAN = {"alignment": 16, "budget": 0, "io_in_arena": True, "reorder": True, "in_place": True}
+PLAN = {"alignment": 16, "budget": 0, "io_in_arena": True, "reorder": True, "in_place": True, "lz4": False}
 
 
 def _tensor(name: str, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> Tensor:
@@ -86,7 +86,7 @@ def program(tmp_path_factory) -> tuple[Path, dict[str, tuple[Graph, Graph, Graph
         for tag, in_place in (("in", True), ("out", False)):
             planned = plan(lowered, dict(PLAN, in_place=in_place))
             name = f"{graph.name}_{tag}"
-            files = generate(planned, name, {"prefix": "", "weights_section": "", "lz4": False})
+            files = generate(planned, name, {"prefix": "", "weights_section": ""})
             for file, text in files.items():
                 (out / file).write_bytes(text)
             sources.append(out / f"{name}.c")

@@ -16,11 +16,11 @@ from kernel_harness import (
     round_half_away,
     single_node,
 )
-from toolchain.errors import KilnError
-from toolchain.ir.graph import Node, QuantParams, Tensor
-from toolchain.ir.verify import verify
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
+from kiln.errors import KilnError
+from kiln.ir.graph import Node, QuantParams, Tensor
+from kiln.ir.verify import verify
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
 
 F32 = np.float32
 

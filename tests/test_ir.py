@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from toolchain.errors import KilnError
-from toolchain.ir import Graph, Node, QuantParams, Tensor, dumps, loads
-from toolchain.ir.fb import Kir as FbKir
-from toolchain.ir.serialize import FILE_IDENTIFIER, SCHEMA_VERSION
-from toolchain.ir.verify import VerifyError, verify
+from kiln.errors import KilnError
+from kiln.ir import Graph, Node, QuantParams, Tensor, dumps, loads
+from kiln.ir.fb import Kir as FbKir
+from kiln.ir.serialize import FILE_IDENTIFIER, SCHEMA_VERSION
+from kiln.ir.verify import VerifyError, verify
 
 
 def small_graph() -> Graph:
@@ -121,7 +121,7 @@ def test_the_frame_around_a_payload_is_the_table_flatbuffers_builds(length):
     """`dump_chunks` frames the graph's bytes without copying them; the bytes equal the table built around them."""
     import flatbuffers
 
-    from toolchain.ir.serialize import _checksum, _frame
+    from kiln.ir.serialize import _checksum, _frame
 
     payload = np.random.default_rng(length).integers(0, 256, length, dtype=np.uint8).tobytes()
     for level in range(6):
@@ -145,7 +145,7 @@ def test_loaded_constants_are_views_of_the_file_not_copies():
 
 
 def test_a_failing_stream_of_chunks_leaves_the_old_file(tmp_path):
-    from toolchain.ir.serialize import write_atomic
+    from kiln.atomic import write_atomic
 
     def chunks():
         yield b"half of "

@@ -18,16 +18,16 @@ import numpy as np
 import pytest
 
 from kernel_harness import RUNTIME, STRICT_FLAGS, STUBS, act, build_library, q, random_int8, run_lowered, single_node
-from toolchain.errors import KilnError
-from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
-from toolchain.ir.ops import pool_out
-from toolchain.ir.serialize import dumps, loads
-from toolchain.ir.verify import verify
-from toolchain.lower import lower
-from toolchain.lower.abi import KERNELS
-from toolchain.reference import float_ops  # noqa: F401  (registers the float implementations)
-from toolchain.reference.executor import FLOAT_IMPLS, run
-from toolchain.reference.int8 import INT8_IMPLS
+from kiln.errors import KilnError
+from kiln.ir.graph import Graph, Node, QuantParams, Tensor
+from kiln.ir.ops import pool_out
+from kiln.ir.serialize import dumps, loads
+from kiln.ir.verify import verify
+from kiln.lower import lower
+from kiln.lower.abi import KERNELS
+from kiln.reference import float_ops  # noqa: F401  (registers the float implementations)
+from kiln.reference.executor import FLOAT_IMPLS, run
+from kiln.reference.int8 import INT8_IMPLS
 
 CASES = int(os.environ.get("KILN_KERNEL_CASES", "12"))
 FLOAT_RTOL, FLOAT_ATOL = 1e-5, 1e-5

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from scons_matrix import build_files, clone_snapshot, run_scons, shared_snapshot
-from toolchain import config as model_config
-from toolchain.errors import KilnError
-from toolchain.ir import dumps, load, loads
-from toolchain.manifest import manifest, recorded
-from toolchain.stages import STAGES, run_stage
+from kiln import config as model_config
+from kiln.errors import KilnError
+from kiln.ir import dumps, load, loads
+from kiln.manifest import manifest, recorded
+from kiln.runner import run_stage
+from kiln.stages import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = ("imported", "normalized", "quantized", "lowered", "planned")
@@ -26,7 +27,7 @@ FUZZ_PER_FILE = 500
 
 
 def kiln(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolchain", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "kiln", *args], capture_output=True, text=True)
 
 
 def one_line(text: str, *needles: str) -> None:
@@ -113,12 +114,12 @@ def test_corrupt_and_swapped_artifacts_in_build_are_rebuilt(snapshot, tmp_path):
 def test_kiln_check_never_compares_against_a_corrupt_artifact(snapshot, tmp_path):
     repo = clone_snapshot(snapshot, tmp_path / "repo")
     flip_a_weight(repo / "build/host/tiny_cnn/quantized.kir")
-    proc = subprocess.run([sys.executable, "-m", "toolchain", "check", "build/host"], cwd=repo, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "kiln", "check", "build/host"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 1 and "tiny_cnn: out of date: quantized.kir changed since the program was built" in proc.stdout
     assert not any(line.startswith("tiny_cnn ") and "bit-exact" in line for line in proc.stdout.splitlines()), proc.stdout
     build = repo / "build/host/tiny_cnn"  # a manifest that records the corrupt file: its checksum still refuses it
     (build / "tiny_cnn.manifest").write_text(manifest([build / f for f in recorded("tiny_cnn")]))
-    proc = subprocess.run([sys.executable, "-m", "toolchain", "check", "build/host"], cwd=repo, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "kiln", "check", "build/host"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 1 and "bit-exact" not in proc.stdout, proc.stdout
     one_line(proc.stderr, "kiln: error: build/host/tiny_cnn/quantized.kir: corrupt .kir file")
 

@@ -23,11 +23,11 @@ import pytest
 
 from conftest import ROOT
 from model_builds import shared_root
-from toolchain import host
-from toolchain.check import reference_outputs
-from toolchain.ir import load
-from toolchain.ir.verify import verify
-from toolchain.runio import quantize_inputs
+from kiln import host
+from kiln.check import reference_outputs
+from kiln.ir import load
+from kiln.ir.verify import verify
+from kiln.runio import quantize_inputs
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19", "zfnet512"]
@@ -54,7 +54,7 @@ def test_light_model_compiles_through_every_stage(model: str, calibration: Path,
 
 
 def _compile_and_check(model: str, calibration: Path, out: Path, objects: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "toolchain", "compile", str(LIGHT / f"light_{model}.onnx"),
+    proc = subprocess.run([sys.executable, "-m", "kiln", "compile", str(LIGHT / f"light_{model}.onnx"),
                            "--calibration", str(calibration), "-o", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     name = f"light_{model}"

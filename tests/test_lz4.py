@@ -10,7 +10,7 @@ import lz4.block
 import numpy as np
 import pytest
 
-from toolchain import host
+from kiln import host
 
 HARNESS = Path(__file__).parent / "c" / "lz4_cases.c"
 

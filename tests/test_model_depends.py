@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import scons
-from toolchain.cli import main as kiln
-from toolchain.stages import STAGES
+from kiln.cli import main as kiln
+from kiln.stages import STAGES
 
 SHARED = "models/_shared/scale.py"
 MODEL_PY = """\

@@ -23,18 +23,18 @@ import torch
 import onnx_models
 import torch_models
 from passes.graphs import Builder, conv_bn_relu
-from toolchain.config import load as load_config
-from toolchain.errors import KilnError
-from toolchain.frontends import import_model
-from toolchain.frontends.onnx import import_onnx
-from toolchain.frontends.torch_module import import_module
-from toolchain.ir import dumps, save
-from toolchain.ir.graph import Graph
-from toolchain.ir.ops import OPS
-from toolchain.ir.verify import verify
-from toolchain.passes import PASS_NAMES, normalize
-from toolchain.passes.rewrite import ACT_OPS
-from toolchain.reference.executor import run
+from kiln.config import load as load_config
+from kiln.errors import KilnError
+from kiln.frontends import import_model
+from kiln.frontends.onnx import import_onnx
+from kiln.frontends.torch_module import import_module
+from kiln.ir import dumps, save
+from kiln.ir.graph import Graph
+from kiln.ir.ops import OPS
+from kiln.ir.verify import verify
+from kiln.normalize import PASS_NAMES, normalize
+from kiln.normalize.rewrite import ACT_OPS
+from kiln.reference.executor import run
 
 # Source-level models (a quantized .tflite file imports in kernel form already: tests/test_frontend_tflite.py).
 MODELS = sorted(p.parent for p in (Path(__file__).parent.parent / "models").glob("*/model.toml") if not any(p.parent.glob("*.tflite")))
@@ -254,7 +254,7 @@ def test_bytes_do_not_depend_on_hash_seeds(tmp_path: Path) -> None:
     """Separate processes with different string-hash seeds (set and dict effects) write the same bytes."""
     source = tmp_path / "residual.kir"
     save(_residual(), source)
-    script = "import sys, hashlib; from toolchain.ir import load, dumps; from toolchain.passes import normalize; " \
+    script = "import sys, hashlib; from kiln.ir import load, dumps; from kiln.normalize import normalize; " \
              "print(hashlib.sha256(dumps(normalize(load(sys.argv[1]), {}))).hexdigest())"
     digests = {
         subprocess.run([sys.executable, "-c", script, str(source)], env={**os.environ, "PYTHONHASHSEED": seed},

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from toolchain.ir.graph import Graph, Node, Tensor
-from toolchain.quantize.calibration import PROGRESS_DELAY_S, Progress, observe_ranges, select
-from toolchain.quantize.config import CONFIG
-from toolchain.quantize.observers import (MinMaxObserver, MovingAverageObserver, MSEObserver, PercentileObserver,
+from kiln.ir.graph import Graph, Node, Tensor
+from kiln.quantize.calibration import PROGRESS_DELAY_S, Progress, observe_ranges, select
+from kiln.quantize.config import CONFIG
+from kiln.quantize.observers import (MinMaxObserver, MovingAverageObserver, MSEObserver, PercentileObserver,
                                           make_observer)
 
 DEFAULTS = {k: v.default for k, v in CONFIG.items()}

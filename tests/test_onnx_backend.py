@@ -18,10 +18,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from toolchain.errors import KilnError
-from toolchain.frontends.onnx import import_onnx
-from toolchain.frontends.onnx.handlers import HANDLERS
-from toolchain.reference.executor import run
+from kiln.errors import KilnError
+from kiln.frontends.onnx import import_onnx
+from kiln.frontends.onnx.handlers import HANDLERS
+from kiln.reference.executor import run
 
 # Input positions that hold parameters rather than data.
 PARAM_SLOTS = {

@@ -17,15 +17,15 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from model_builds import shared_root
-from toolchain import host
-from toolchain.check import reference_outputs, seeded_inputs
-from toolchain.cli import main as kiln
-from toolchain.frontends.onnx import import_onnx
-from toolchain.ir import load
-from toolchain.ir.verify import verify
-from toolchain.quantize.kept import load_samples
-from toolchain.reference.executor import run
-from toolchain.runio import dequantize_outputs, quantize_inputs
+from kiln import host
+from kiln.check import reference_outputs, seeded_inputs
+from kiln.cli import main as kiln
+from kiln.frontends.onnx import import_onnx
+from kiln.ir import load
+from kiln.ir.verify import verify
+from kiln.quantize.kept import load_samples
+from kiln.reference.executor import run
+from kiln.runio import dequantize_outputs, quantize_inputs
 
 # A batch as large as the channel count at both LRNs: onnx's ReferenceEvaluator (1.17) loops its LRN over
 # the batch dimension where ONNX defines the channel one; with N == C the two agree.

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 
 from model_builds import MODELS, ROOT, ModelBuilds, shared_root
-from toolchain.errors import KilnError
-from toolchain.ir import Graph, Node, QuantParams, Tensor, dumps, load
-from toolchain.plan import plan
-from toolchain.plan.buffers import Buffer
-from toolchain.plan.inplace import IN_PLACE
-from toolchain.plan.offsets import _decode, place
-from toolchain.plan.schedule import candidate_orders
-from toolchain.stages import run_stage
+from kiln.errors import KilnError
+from kiln.ir import Graph, Node, QuantParams, Tensor, dumps, load
+from kiln.plan import plan
+from kiln.plan.buffers import Buffer
+from kiln.plan.inplace import IN_PLACE
+from kiln.plan.offsets import _decode, place
+from kiln.plan.schedule import candidate_orders
+from kiln.runner import run_stage
 
-CONFIG = {"alignment": 16, "budget": 0, "io_in_arena": False, "reorder": True, "in_place": True}
+CONFIG = {"alignment": 16, "budget": 0, "io_in_arena": False, "reorder": True, "in_place": True, "lz4": False}
 GIVEN_ORDER = dict(CONFIG, reorder=False)
 Q = QuantParams((0.1,), (0,))
 
@@ -356,17 +356,17 @@ def test_model_plans_are_sound_and_near_the_lower_bound(builds, model):
     for io_in_arena in (False, True):
         for lz4 in (False, True):
             config = dict(CONFIG, io_in_arena=io_in_arena)
-            g = plan(lowered, config, lz4=lz4)
+            g = plan(lowered, dict(config, lz4=lz4))
             bound = check_plan(g)
             assert bound == g.meta["lower_bound"], (io_in_arena, lz4)
             assert g.meta["arena_size"] <= 1.05 * bound, (io_in_arena, lz4, g.meta)
-            assert bound <= plan(lowered, dict(config, reorder=False), lz4=lz4).meta["lower_bound"]
+            assert bound <= plan(lowered, dict(config, reorder=False, lz4=lz4)).meta["lower_bound"]
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_plan_stage_is_deterministic(builds, model, tmp_path):
     front = builds.front(model)
-    cfg = builds.config(model, codegen={"lz4": True})
+    cfg = builds.config(model, plan={"lz4": True})
     produced = []
     for run in ("a", "b"):
         out = tmp_path / run
@@ -405,8 +405,8 @@ def _random_buffers(seed: int) -> tuple[list[Buffer], int]:
 
 
 def test_conflicts_live_bytes_and_breadth_order_equal_their_definitions():
-    from toolchain.plan import _live_bytes, lower_bound
-    from toolchain.plan.offsets import _by_breadth, _conflicts
+    from kiln.plan import _live_bytes, lower_bound
+    from kiln.plan.offsets import _by_breadth, _conflicts
 
     for seed in range(200):
         bufs, steps = _random_buffers(seed)

@@ -59,12 +59,13 @@ C_PATTERNS = ("attention", "layer_norm", "squeeze_excite", "concat_three_inputs"
 @pytest.mark.parametrize("name", C_PATTERNS)
 def test_generated_c_is_bit_exact_under_sanitizers(name: str, tmp_path: Path, tmp_path_factory) -> None:
     from model_builds import shared_root
-    from toolchain import host
-    from toolchain.check import reference_outputs
-    from toolchain.cli import resolve_source
-    from toolchain.ir import load
-    from toolchain.runio import quantize_inputs
-    from toolchain.stages import STAGES, run_stage
+    from kiln import host
+    from kiln.check import reference_outputs
+    from kiln.cli import resolve_source
+    from kiln.ir import load
+    from kiln.runio import quantize_inputs
+    from kiln.runner import run_stage
+    from kiln.stages import STAGES
 
     pattern = ptq.BY_NAME[name]
     source = tmp_path / f"{name}.onnx"

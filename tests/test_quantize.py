@@ -11,18 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolchain.errors import KilnError
-from toolchain.ir import dumps, loads
-from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
-from toolchain.ir.ops import OPS
-from toolchain.ir.verify import verify
-from toolchain.quantize import quantize
-from toolchain.quantize.calibration import load_calibration
-from toolchain.quantize.config import CONFIG
-from toolchain.quantize.report import format_report, report, run_quantized, to_json
-from toolchain.quantize.scheme import choose_qparams, quantize_weights
-from toolchain.reference.batch import run_batch
-from toolchain.reference.executor import run
+from kiln.errors import KilnError
+from kiln.ir import dumps, loads
+from kiln.ir.graph import Graph, Node, QuantParams, Tensor
+from kiln.ir.ops import OPS
+from kiln.ir.verify import verify
+from kiln.quantize import quantize
+from kiln.quantize.calibration import load_calibration
+from kiln.quantize.config import CONFIG
+from kiln.quantize.report import format_report, report, run_quantized, to_json
+from kiln.quantize.scheme import choose_qparams, quantize_weights
+from kiln.reference.batch import run_batch
+from kiln.reference.executor import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from onnx_models import quantize_qdq  # noqa: E402
@@ -372,8 +372,8 @@ def test_byte_identical_across_processes(rules, tmp_path):
     g, q, cal = rules
     (tmp_path / "g.kir").write_bytes(dumps(g))
     np.savez(tmp_path / "cal.npz", **cal)
-    script = ("import sys, numpy as np\nfrom toolchain.ir import load, dumps\nfrom toolchain.quantize import quantize\n"
-              "from toolchain.quantize.config import CONFIG\n"
+    script = ("import sys, numpy as np\nfrom kiln.ir import load, dumps\nfrom kiln.quantize import quantize\n"
+              "from kiln.quantize.config import CONFIG\n"
               "cal = dict(np.load(sys.argv[2]))\n"
               "sys.stdout.buffer.write(dumps(quantize(load(sys.argv[1]), {k: v.default for k, v in CONFIG.items()}, cal)))\n")
     outs = [subprocess.run([sys.executable, "-c", script, str(tmp_path / "g.kir"), str(tmp_path / "cal.npz")],
@@ -504,9 +504,9 @@ def test_qdq_weights_that_cannot_be_recovered():
 @pytest.fixture(scope="module", params=["QInt8", "QUInt8"])
 def onnxruntime_qdq(request, tmp_path_factory) -> tuple[Path, Graph]:
     """onnxruntime's QDQ quantization of a small CNN, imported and normalized."""
-    from toolchain.frontends import import_model
-    from toolchain.passes import normalize
-    from toolchain.passes.config import CONFIG as NORMALIZE_CONFIG
+    from kiln.frontends import import_model
+    from kiln.normalize import normalize
+    from kiln.normalize.config import CONFIG as NORMALIZE_CONFIG
 
     folder = tmp_path_factory.mktemp("qdq")
     quantize_qdq(folder / "qdq.onnx", request.param)
@@ -546,8 +546,8 @@ def test_onnxruntime_qdq_model_end_to_end(onnxruntime_qdq):
 
 def test_weights_quantize_alike_a_block_at_a_time(monkeypatch):
     """Blocks of rows bound the float64 temporaries of a large layer and change no value."""
-    from toolchain.numerics.fixedpoint import round_half_away
-    from toolchain.quantize import scheme
+    from kiln.numerics.fixedpoint import round_half_away
+    from kiln.quantize import scheme
 
     rng = np.random.default_rng(5)
     for shape, axis in [((6, 3, 3, 5), 0), ((1, 3, 3, 7), 3), ((9, 40), 0), ((4, 5), None), ((3,), None), ((5, 4), 1)]:

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from test_quantize import NO_ACT, RELU, Builder, conv_attrs, rules_graph, samples
-from toolchain.quantize import quantize
-from toolchain.quantize.config import CONFIG
-from toolchain.reference.batch import run_batch
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
+from kiln.quantize import quantize
+from kiln.quantize.config import CONFIG
+from kiln.reference.batch import run_batch
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
 
 DEFAULTS = {k: v.default for k, v in CONFIG.items()}
 

@@ -17,15 +17,15 @@ import numpy as np
 import onnx
 
 from onnx_models import qdq_source_model, quantize_qdq
-from toolchain.ir import load
-from toolchain.quantize.kept import KEPT
-from toolchain.quantize.report import report
+from kiln.ir import load
+from kiln.quantize.kept import KEPT
+from kiln.quantize.report import report
 
 NOISE = "seeded random inputs (the build keeps no calibration samples)"
 
 
 def kiln(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "toolchain", *args], cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "kiln", *args], cwd=cwd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return proc
 

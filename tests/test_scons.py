@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import scons
-from toolchain.stages import STAGES
+from kiln.stages import STAGES
 
 STAGE_NAMES = [s.name for s in STAGES]
 MODELS = ("tiny_cnn", "tiny_resnet")
@@ -36,7 +36,7 @@ def test_incremental_rebuilds_exactly_what_an_edit_invalidates(make_repo):
     actions, log = scons(repo)
     assert set(actions) == stages_from("quantize", ["tiny_resnet"]), log
 
-    plan_module = repo / "toolchain/plan/offsets.py"
+    plan_module = repo / "kiln/plan/offsets.py"
     plan_module.write_text(plan_module.read_text() + "\n# an edit to a source module of the plan stage\n")
     actions, log = scons(repo)
     assert {a for a in actions if a[0] in ("import", "normalize", "quantize", "lower")} == set(), log

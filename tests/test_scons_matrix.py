@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 from scons_matrix import (ONNX_MODEL, TORCH_MODEL, Build, Row, all_rows, clone_snapshot, markdown_table, own_file, run_scons,
                           shared_snapshot)
-from toolchain.stages import STAGES
+from kiln.stages import STAGES
 
 ROWS = all_rows()
 
@@ -38,6 +38,12 @@ def test_every_stage_and_table_has_rows() -> None:
     assert {f"module:{own_file(s.name).relative_to(ROOT).as_posix()}" for s in STAGES} <= ids  # cut-off per stage
 
 
+def test_every_table_is_read_by_one_stage() -> None:
+    """A stage reads its own tables only, so an edit of one table reruns one stage onward (no `[codegen]` in plan)."""
+    readers = [t for s in STAGES for t in s.tables]
+    assert sorted(readers) == sorted(set(readers))
+
+
 def test_docs_table_is_the_matrix(snapshot: Path) -> None:
     docs = (ROOT / "docs/build.md").read_text()
     assert markdown_table(ROWS, Build(snapshot)) in docs, "regenerate it: python bench/incremental.py --markdown"
@@ -46,9 +52,9 @@ def test_docs_table_is_the_matrix(snapshot: Path) -> None:
 # -- never fewer: a stage's build signature covers every module it imports ------------------
 RECORDER = """
 import runpy, sys
-sys.argv = ["kiln", *sys.argv[1:]]
+sys.argv = ["kiln.runner", *sys.argv[1:]]
 try:
-    runpy.run_module("toolchain", run_name="__main__", alter_sys=True)
+    runpy.run_module("kiln.runner", run_name="__main__", alter_sys=True)
 except SystemExit as exc:
     if exc.code:
         raise
@@ -59,11 +65,11 @@ for module in list(sys.modules.values()):
 
 
 def imported_files(repo: Path, stage: str, model: str) -> set[Path]:
-    """The toolchain files a `kiln stage` process (what SCons runs) has imported when it exits."""
-    proc = subprocess.run([sys.executable, "-c", RECORDER, "stage", stage, "--model-dir", f"models/{model}",
+    """The Kiln files a stage process (`python -m kiln.runner`, what SCons runs) has imported when it exits."""
+    proc = subprocess.run([sys.executable, "-c", RECORDER, stage, "--model-dir", f"models/{model}",
                            "--build-dir", f"build/host/{model}"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    package = (repo / "toolchain").resolve()
+    package = (repo / "kiln").resolve()
     return {Path(f).resolve() for f in proc.stdout.splitlines() if Path(f).resolve().is_relative_to(package)}
 
 
@@ -95,4 +101,4 @@ def test_stage_signatures_cover_every_imported_module(snapshot: Path, tmp_path: 
         registered = {p.resolve() for p in by_stage[stage].source_files(repo)}
         missing = sorted(p.relative_to(repo.resolve()).as_posix() for p in imported - registered)
         assert not missing, f"stage {stage} ({model}) imports modules outside its registered source modules: {missing}"
-        assert imported & registered, f"stage {stage} ({model}): recorded no toolchain module at all"
+        assert imported & registered, f"stage {stage} ({model}): recorded no Kiln module at all"

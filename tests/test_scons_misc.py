@@ -17,14 +17,15 @@ import pytest
 
 from conftest import ROOT
 from onnx_models import small_cnn
-from scons_matrix import (ONNX_MODEL, TORCH_MODEL, Build, append, build_files, clone_snapshot, comment_line, fresh_clone,
+from scons_matrix import (ONNX_MODEL, TORCH_MODEL, Build, append, build_files, clone_snapshot, comment_line, fresh_clone, from_stage,
                           own_file, run_scons, set_key, shared_snapshot, stages)
-from toolchain import config
-from toolchain.check import reference_outputs
-from toolchain.cli import main as kiln
-from toolchain.errors import KilnError
-from toolchain.ir import load
-from toolchain.stages import STAGES, config_schema
+from kiln import config
+from kiln.check import reference_outputs
+from kiln.cli import main as kiln
+from kiln.errors import KilnError
+from kiln.ir import load
+from kiln.config import config_schema
+from kiln.stages import STAGES
 
 MODELS = (ONNX_MODEL, TORCH_MODEL)
 
@@ -40,7 +41,7 @@ def test_help_lists_models_targets_stages_and_options(snapshot, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "SCons", "-h"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    assert re.search(r"^Models: onnx_cnn, tiny_cnn$", text, re.M), text
+    assert re.search(r"^Kiln models \(build/host\): onnx_cnn, tiny_cnn$", text, re.M), text
     for word in ("MODEL-STAGE", "target=cortex-m4", "--kiln-cache=DIR", "--kiln-cache-readonly", "KILN_CACHE",
                  *(s.name for s in STAGES)):
         assert word in text, word
@@ -100,7 +101,7 @@ def test_j1_and_j2_build_the_same_bytes(snapshot, tmp_path):
 
 # -- interrupted builds ----------------------------------------------------------------------
 def stage_process(group: int, stage: str) -> str | None:
-    """The model whose `kiln stage <stage>` process is running in process group `group`, if any."""
+    """The model whose stage process (`python -P -m kiln.runner <stage>`) is running in process group `group`, if any."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -110,7 +111,7 @@ def stage_process(group: int, stage: str) -> str | None:
             argv = (entry / "cmdline").read_bytes().decode().split("\0")
         except (OSError, ProcessLookupError):
             continue
-        if argv[1:5] == ["-m", "toolchain", "stage", stage]:
+        if argv[1:5] == ["-P", "-m", "kiln.runner", stage]:
             return Path(argv[argv.index("--build-dir") + 1]).name
     return None
 
@@ -128,7 +129,7 @@ def test_build_killed_during_a_stage_recovers(snapshot, tmp_path, stage, sig):
     seen, killed = [], None
     for line in proc.stdout:
         seen.append(line)
-        if line.startswith(f"kiln {stage} "):
+        if re.match(rf"^(\[\d+/\d+\] )?kiln {stage} ", line):
             while killed is None and proc.poll() is None:
                 killed = stage_process(proc.pid, stage)
                 time.sleep(0.002)
@@ -138,7 +139,7 @@ def test_build_killed_during_a_stage_recovers(snapshot, tmp_path, stage, sig):
     seen += proc.stdout.readlines()
     proc.wait(timeout=60)
     assert killed and proc.returncode != 0, "".join(seen)
-    started = [line.split()[2] for line in seen if line.startswith(f"kiln {stage} ")]
+    started = [m[1] for line in seen if (m := re.match(rf"^(?:\[\d+/\d+\] )?kiln {stage} (\S+)$", line.strip()))]
 
     expected = build_files(snapshot)
     left = build_files(repo)
@@ -156,7 +157,7 @@ def test_build_killed_during_a_stage_recovers(snapshot, tmp_path, stage, sig):
 # -- another repository adopting Kiln -----------------------------------------------------------
 def test_external_repo_builds_its_own_firmware_and_runs_it(tmp_path):
     repo = Path(shutil.copytree(ROOT / "examples/external_repo", tmp_path / "firmware"))
-    env = {**os.environ, "KILN_ROOT": str(ROOT)}
+    env = {**os.environ, "KILN_PYTHON": sys.executable}  # the Python with this checkout's Kiln (tests/test_package.py: a wheel's)
     actions, log, _ = run_scons(repo, "-j2", env=env)
     assert stages([s.name for s in STAGES], ["gesture"]) <= actions and "link build/gesture_app" in actions, log
     proc = subprocess.run([str(repo / "build/gesture_app")], capture_output=True, text=True, timeout=60)
@@ -201,13 +202,18 @@ def test_config_errors_are_one_line_naming_file_and_key(tmp_path, text, fragment
     assert "\n" not in message and str(path) in message and fragment in message, message
 
 
-def test_scons_reports_a_bad_model_toml_in_one_line(snapshot, tmp_path):
-    repo = clone_snapshot(snapshot, tmp_path / "repo")
+def test_a_broken_model_toml_is_reported_and_the_other_models_build(snapshot, tmp_path):
+    repo = fresh_clone(snapshot, tmp_path / "repo")
     set_key(repo / "models" / TORCH_MODEL / "model.toml", "plan", "alignement", 8)
-    actions, log, status = run_scons(repo, check=False)
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-h"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0 and re.search(r"^Kiln models \(build/host\): onnx_cnn$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^  not built: .*models/tiny_cnn/model.toml: unknown key 'plan.alignement'", proc.stdout, re.M)
+    actions, log, status = run_scons(repo, "-j2", check=False)
     errors = [line for line in log.splitlines() if line.startswith("kiln: error:")]
-    assert status == 2 and actions == set() and "Traceback" not in log, log
+    assert status == 2 and "Traceback" not in log, log
     assert len(errors) == 1 and "models/tiny_cnn/model.toml" in errors[0] and "did you mean 'plan.alignment'" in errors[0]
+    assert from_stage("import", [ONNX_MODEL]) <= actions and "link build/host/firmware" in actions, log
+    assert not [a for a in actions if a.startswith("kiln ") and a.endswith(TORCH_MODEL)], log
 
 
 def test_new_model_from_model_py(tmp_path):

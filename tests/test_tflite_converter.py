@@ -28,14 +28,15 @@ import pytest
 from tflite_micro.python.tflite_micro import runtime
 
 from model_builds import _locked, shared_root
-from toolchain import config as model_config
-from toolchain.frontends.tflite import import_tflite
-from toolchain.frontends.tflite.convert import Converter
-from toolchain.frontends.tflite.read import read_tflite
-from toolchain.ir.graph import Graph
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
-from toolchain.stages import STAGES, run_stage
+from kiln import config as model_config
+from kiln.frontends.tflite import import_tflite
+from kiln.frontends.tflite.convert import Converter
+from kiln.frontends.tflite.read import read_tflite
+from kiln.ir.graph import Graph
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
+from kiln.runner import run_stage
+from kiln.stages import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 TF_PYTHON = ROOT / ".venv-tf" / "bin" / "python"
@@ -107,13 +108,13 @@ def test_quantized_file_bit_exact(converted: Path, case: str, form: str) -> None
 def test_quantized_file_generated_c(converted: Path, case: str, form: str, tmp_path: Path) -> None:
     """`kiln compile` of the quantized file, built with AddressSanitizer and UBSan and run on the host, gives
     TFLM's outputs (float ones bit for bit)."""
-    from toolchain import host
+    from kiln import host
 
     path = converted / f"{case}.{form}.tflite"
     cfg = model_config.validate({"model": {"source": path.name}}, str(path))
     for st in STAGES:
         run_stage(st.name, case, converted, cfg, tmp_path)
-    from toolchain.ir import load
+    from kiln.ir import load
 
     graph = load(tmp_path / "planned.kir")
     source = tmp_path / f"{case}.c"

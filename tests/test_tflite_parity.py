@@ -3,7 +3,7 @@
 Kiln promises TFLite's int8 arithmetic; the generated C is held bit-exact to the integer
 reference elsewhere (test_kernels, test_end_to_end), so here the reference meets TFLite itself:
 each graph is written as a .tflite flatbuffer with the same tensors and parameters
-(`toolchain/export/tflite.py`, what `kiln export` writes), run on TFLM's kernels, and every tensor is compared.
+(`kiln/export/tflite.py`, what `kiln export` writes), run on TFLM's kernels, and every tensor is compared.
 
 1. Seeded sweeps of single-op graphs (odd channel counts, strides, dilations, SAME/VALID and
    explicit paddings, zero points at −128 and 127, per-channel weight scales spanning three
@@ -38,16 +38,16 @@ import pytest
 from kernel_harness import act, q, random_int8, single_node
 from model_builds import MODELS
 from tflm_harness import Tflm
-from toolchain.check import seeded_inputs
-from toolchain.export.tflite import NotExportable, to_tflite
-from toolchain.ir import load
-from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
-from toolchain.ir.ops import OPS
-from toolchain.ir.verify import verify
-from toolchain.numerics.functions import scalar_function
-from toolchain.reference.executor import run
-from toolchain.reference.int8 import INT8_IMPLS
-from toolchain.runio import quantize_inputs
+from kiln.check import seeded_inputs
+from kiln.export.tflite import NotExportable, to_tflite
+from kiln.ir import load
+from kiln.ir.graph import Graph, Node, QuantParams, Tensor
+from kiln.ir.ops import OPS
+from kiln.ir.verify import verify
+from kiln.numerics.functions import scalar_function
+from kiln.reference.executor import run
+from kiln.reference.int8 import INT8_IMPLS
+from kiln.runio import quantize_inputs
 
 SEEDS = range(40)
 SAMPLES = 8

@@ -13,7 +13,6 @@ for byte where the bytes do not depend on the CPU.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 import subprocess
 import sys
@@ -30,14 +29,15 @@ from onnx.reference import ReferenceEvaluator
 
 from conftest import ROOT
 from qdq_oracle import DIFFERING, STEPS, layerwise
-from toolchain import config as model_config
-from toolchain.check import reference_outputs
-from toolchain.cli import main as kiln
-from toolchain.frontends import import_model
-from toolchain.ir import load
-from toolchain.ir.graph import Graph
-from toolchain.reference.executor import run
-from toolchain.runio import dequantize_outputs, quantize_inputs
+from kiln import config as model_config
+from kiln.check import reference_outputs
+from kiln.cli import main as kiln
+from kiln.frontends import import_model
+from kiln.ir import load
+from kiln.ir.graph import Graph
+from kiln.reference.executor import run
+from kiln.runio import dequantize_outputs, quantize_inputs
+from kiln.frontends.torch_module import load_model_py
 
 MODELS = ROOT / "models"
 TEST_SEED = 3  # the model.py files use seeds 0-2 for weights, statistics and calibration
@@ -143,10 +143,7 @@ QDQ_COMPARED = frozenset({"conv2d", "depthwise_conv2d", "fully_connected", "avg_
 
 
 def load_module(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"zoo_{path.parent.name}_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_model_py(path, f"zoo_{path.parent.name}_{path.stem}")
 
 
 @functools.cache

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 from tflite_micro.python.tflite_micro import runtime
 
-from toolchain.export.tflite import Exported
-from toolchain.ir.graph import Graph
+from kiln.export.tflite import Exported
+from kiln.ir.graph import Graph
 
 
 class Tflm:

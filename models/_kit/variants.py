@@ -11,7 +11,6 @@ byte; the tests compare a fresh copy written with `--out DIR`.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import tempfile
 from pathlib import Path
@@ -22,6 +21,8 @@ import numpy as np
 import onnx
 import torch
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+from kiln.frontends.torch_module import load_model_py
 
 MODELS = Path(__file__).resolve().parent.parent
 FRAME = re.compile(r'  File "(?P<file>[^"]+)", line \d+, in \w+\n    .*\n?')
@@ -34,10 +35,7 @@ def source_path(base: str) -> Path:
 
 def source_module(base: str) -> ModuleType:
     """models/<base>/model.py, loaded by path as module `<base>_model` (the name the exported programs record)."""
-    spec = importlib.util.spec_from_file_location(f"{base}_model", source_path(base))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_model_py(source_path(base), f"{base}_model")
 
 
 def without_metadata(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -103,10 +101,10 @@ def export_tflite(base: str, out: Path) -> None:
 
     Kiln's stages and its exporter are deterministic, so the bytes depend only on the pinned packages.
     """
-    from toolchain import config
-    from toolchain.export.tflite import to_tflite
-    from toolchain.ir import load
-    from toolchain.stages import run_stage
+    from kiln import config
+    from kiln.export.tflite import to_tflite
+    from kiln.ir import load
+    from kiln.runner import run_stage
 
     cfg = config.load(MODELS / base / "model.toml")
     cfg["normalize"]["input_layout"] = "NHWC"

@@ -10,7 +10,6 @@ written without timestamps or compression. `--out DIR` writes elsewhere
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import zipfile
 from pathlib import Path
@@ -19,6 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from kiln.frontends.torch_module import load_model_py
 
 HERE = Path(__file__).resolve().parent
 SEED = 0
@@ -29,10 +30,7 @@ WEIGHT_DECAY = 1e-2
 
 
 def _model_module():
-    spec = importlib.util.spec_from_file_location("digits_cnn_model", HERE / "model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_model_py(HERE / "model.py", "digits_cnn_model")
 
 
 def shifted(batch: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -1,31 +1,50 @@
 """SCons tool for the Cortex-M4 target: the arm-none-eabi cross toolchain and firmware images.
 
-Apply it to a clone of the Kiln environment (`env.Clone(tools=["kiln_cortex_m"])`):
+Apply it to a clone of a Kiln environment (`env.Clone(tools=["kiln_cortex_m"])`):
 `env.KilnModel` then compiles each generated model with the cross compiler,
 and `env.KilnFirmware(target, models, build_root)` links models into
 `target.elf` (plus `target.map`) with the runtime, the kernel stubs and the
-MPS2-AN386 platform files. The flags live in `toolchain.target.cortex_m`,
-shared with direct (non-SCons) builds.
+MPS2-AN386 platform files. The flags live in `kiln/target/cortex_m.py`,
+shared with direct (non-SCons) builds and loaded, like the registry, under
+the `kiln_scons` tool's private package name; the firmware's model table is
+written from the models' generated headers (`kiln/model_table.py`), so the
+SCons process reads no graph.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from pathlib import Path
 
 import SCons.Action
 import SCons.Subst
 
-from kiln import check_prefixes, target_file
-from toolchain.ir import load
-from toolchain.target import cortex_m
+
+def _kiln_scons():
+    """The `kiln_scons` tool beside this one (loaded as SCons loads tools: by path, under its name)."""
+    path = Path(__file__).with_name("kiln_scons.py")  # as SCons names tool files, so either of us may load it first
+    loaded = sys.modules.get("kiln_scons")
+    if loaded is not None and loaded.__file__ == str(path):
+        return loaded
+    spec = importlib.util.spec_from_file_location("kiln_scons", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kiln_scons"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+kiln_scons = _kiln_scons()
+cortex_m = importlib.import_module(f"{kiln_scons._KILN}.target.cortex_m")
 
 _PLATFORM_OBJECTS: dict[str, list] = {}
 
 
 def _table_action(target, source, env):
-    """Write the firmware's model table from the planned graphs (the sources, in model order)."""
-    graphs = [load(Path(str(s)), "planned") for s in source[: len(env["KILN_PREFIXES"])]]
-    models = [cortex_m.firmware_model(p, g) for p, g in zip(env["KILN_PREFIXES"], graphs)]
-    Path(str(target[0])).write_text(cortex_m.firmware_table(models))
+    """Write the firmware's model table from the models' generated headers (the sources, in model order)."""
+    models = [kiln_scons.model_table.firmware_model(p, Path(str(h)).read_text(), str(h))
+              for p, h in zip(env["KILN_PREFIXES"], source)]
+    kiln_scons.write_atomic(str(target[0]), kiln_scons.model_table.model_table(env["KILN_PREFIXES"], models).encode())
     return 0
 
 
@@ -45,12 +64,10 @@ def kiln_firmware(env, target, models: list[dict], build_root: str) -> list:
 
     `target` is a File node (safe for any folder name) or a path string, without a suffix.
     """
-    base = target_file(env, target)
-    prefixes = check_prefixes(models)
-    planned = [n for m in models for n in m["stages"]["plan"]]
-    table = env.Command(base.dir.File(f"./{base.name}_models.c"), planned + [env.Value(" ".join(prefixes))],
+    base = kiln_scons.target_file(env, target)
+    prefixes = kiln_scons.check_prefixes(models)
+    table = env.Command(base.dir.File(f"./{base.name}_models.c"), [m["header"] for m in models] + [env.Value(" ".join(prefixes))],
                         SCons.Action.Action(_table_action, "kiln table $TARGET"), KILN_PREFIXES=prefixes)
-    env.Depends(table, env.File(cortex_m.__file__))
     table_obj = env.Object(base.dir.File(f"./{base.name}_models{env.subst('$OBJSUFFIX')}"), table, CPPPATH=_includes(env))
     objs = [m["object"] for m in models] + table_obj + kiln_platform_objects(env, build_root)
     script = env.fs.File(str(cortex_m.LINKER_SCRIPT))
@@ -60,6 +77,8 @@ def kiln_firmware(env, target, models: list[dict], build_root: str) -> list:
     flags = [SCons.Subst.Literal(f"-T{script.path}"), SCons.Subst.Literal(f"-Wl,-Map={map_file.path}")]
     image = env.Program([elf, map_file], objs, LIBS=cortex_m.LIBS, LINKFLAGS=cortex_m.LINKFLAGS + flags)
     env.Depends(image, script)
+    if len(models) == 1:  # a model's own image: the reports show its per-layer instructions
+        kiln_scons.add_image_to_reports(env, build_root, [elf, map_file])
     return image
 
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.ir import dumps
-from toolchain.ir.graph import Graph, Node, QuantParams, Tensor
-from toolchain.ir.ops import OPS
-from toolchain.ir.verify import verify
-from toolchain.reference.executor import run
+from kiln.ir import dumps
+from kiln.ir.graph import Graph, Node, QuantParams, Tensor
+from kiln.ir.ops import OPS
+from kiln.ir.verify import verify
+from kiln.reference.executor import run
 
 
 class Builder:

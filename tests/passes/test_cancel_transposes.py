@@ -1,6 +1,6 @@
 """cancel_transposes: consecutive transposes compose; transposes of size-1 dims become reshapes."""
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import cancel_transposes
+from kiln.normalize.passes import cancel_transposes
 
 
 def test_pairs_compose_and_unit_transposes_become_reshapes() -> None:

@@ -1,7 +1,7 @@
 """conv1d_to_conv2d: 1-D convolutions and pools run as 2-D ones with height 1."""
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import conv1d_to_conv2d
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import conv1d_to_conv2d
 
 
 def test_conv_and_pools_gain_a_unit_height() -> None:

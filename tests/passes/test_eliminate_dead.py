@@ -1,6 +1,6 @@
 """eliminate_dead: nodes that reach no output and unused constants go; everything else stays."""
 from graphs import Builder, ops, run_pass, unchanged
-from toolchain.passes import eliminate_dead
+from kiln.normalize.passes import eliminate_dead
 
 
 def test_dead_branch_and_unused_constant_are_removed() -> None:

@@ -2,7 +2,7 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, conv_bn_relu, ops, run_pass, unchanged
-from toolchain.passes import fold_batchnorm
+from kiln.normalize.passes import fold_batchnorm
 
 
 def _bn(b: Builder, x: str, channels: int, name: str = "bn") -> str:

@@ -2,9 +2,9 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import fold_bias_add
-from toolchain.passes.rewrite import no_act
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import fold_bias_add
+from kiln.normalize.rewrite import no_act
 
 CONV = {"strides": [1, 1], "dilations": [1, 1], "pads": [1, 1, 1, 1], **no_act()}
 

@@ -2,8 +2,8 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import fold_constants
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import fold_constants
 
 
 def test_shape_arithmetic_on_a_runtime_tensor_folds_away() -> None:

@@ -1,8 +1,8 @@
 """fold_flatten_transpose: flattening an NHWC map for an NCHW-trained FC permutes the FC weight columns instead."""
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import fold_flatten_transpose
-from toolchain.passes.rewrite import no_act
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import fold_flatten_transpose
+from kiln.normalize.rewrite import no_act
 
 
 def test_weight_columns_absorb_the_transpose() -> None:

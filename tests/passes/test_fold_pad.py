@@ -2,8 +2,8 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import fold_pad
-from toolchain.passes.rewrite import no_act
+from kiln.normalize.passes import fold_pad
+from kiln.normalize.rewrite import no_act
 
 PADS = [0, 1, 2, 0, 0, 0, 1, 0]  # NHWC: H begin 1, W begin 2, W end 1
 

@@ -2,8 +2,8 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import fuse_activation
-from toolchain.passes.rewrite import no_act
+from kiln.normalize.passes import fuse_activation
+from kiln.normalize.rewrite import no_act
 
 
 def _clamp(b: Builder, x: str, lo: float, hi: float) -> str:

@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import fuse_gelu
+from kiln.normalize.passes import fuse_gelu
 
 
 def _c(b: Builder, value: float) -> str:

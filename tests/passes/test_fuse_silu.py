@@ -1,7 +1,7 @@
 """fuse_silu: x * sigmoid(x) becomes silu(x), in either operand order and spelling."""
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import fuse_silu
-from toolchain.passes.rewrite import no_act
+from kiln.normalize.passes import fuse_silu
+from kiln.normalize.rewrite import no_act
 
 
 def test_both_operand_orders_and_kernel_spelling_fuse() -> None:

@@ -2,7 +2,7 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import lower_activations
+from kiln.normalize.passes import lower_activations
 
 INF = np.inf
 

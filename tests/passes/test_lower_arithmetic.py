@@ -2,7 +2,7 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import lower_arithmetic
+from kiln.normalize.passes import lower_arithmetic
 
 
 def test_arithmetic_lowers_to_kernel_ops() -> None:

@@ -1,6 +1,6 @@
 """lower_conv_transpose: a transposed conv with kernel == stride is a 1x1 conv, then reshape-transpose-reshape."""
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import lower_conv_transpose
+from kiln.normalize.passes import lower_conv_transpose
 
 
 def test_kernel_equal_to_stride_becomes_a_pointwise_conv_and_depth_to_space() -> None:

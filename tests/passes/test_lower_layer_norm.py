@@ -2,7 +2,7 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import lower_layer_norm
+from kiln.normalize.passes import lower_layer_norm
 
 
 def test_last_axis_and_trailing_axes() -> None:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import lower_lrn
+from kiln.normalize.passes import lower_lrn
 
 
 @pytest.mark.parametrize("size, channels", [(5, 7), (4, 6), (1, 3), (9, 4)])

@@ -3,8 +3,8 @@ activations batch_matmul."""
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import lower_matmul
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import lower_matmul
 
 
 def _gemm(attrs: dict, a_shape, b_shape, c_shape=None, b_quant=None):

@@ -2,7 +2,7 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import lower_shapes
+from kiln.normalize.passes import lower_shapes
 
 
 def test_shape_ops_lower_with_static_attributes() -> None:

@@ -4,11 +4,11 @@ import random
 import pytest
 
 from graphs import Builder
-from toolchain.errors import KilnError
-from toolchain.ir import dumps, load
-from toolchain.ir.graph import Graph
-from toolchain.ir.verify import VerifyError
-from toolchain.passes.manager import Pass, canonicalize, run_passes
+from kiln.errors import KilnError
+from kiln.ir import dumps, load
+from kiln.ir.graph import Graph
+from kiln.ir.verify import VerifyError
+from kiln.normalize.manager import Pass, canonicalize, run_passes
 
 
 def _renamer(name: str, old: str, new: str) -> Pass:

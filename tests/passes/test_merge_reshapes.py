@@ -1,6 +1,6 @@
 """merge_reshapes: a chain of reshapes is one reshape."""
 from graphs import Builder, assert_same_values, run_pass, unchanged
-from toolchain.passes import merge_reshapes
+from kiln.normalize.passes import merge_reshapes
 
 
 def test_chain_merges_into_one() -> None:

@@ -2,7 +2,7 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.passes import reduce_mean_to_gap
+from kiln.normalize.passes import reduce_mean_to_gap
 
 
 def _mean(shape: tuple[int, ...], axes: list[int], keepdims: int):

@@ -1,7 +1,7 @@
 """relabel_depthwise: group == in_channels convolutions become depthwise_conv2d with 1HWC weights."""
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import relabel_depthwise
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import relabel_depthwise
 
 
 def test_depthwise_with_multiplier() -> None:

@@ -2,8 +2,8 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import remove_noops
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import remove_noops
 
 
 def test_noops_in_the_middle_are_removed() -> None:

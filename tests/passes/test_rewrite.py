@@ -2,10 +2,10 @@
 import numpy as np
 
 from graphs import Builder
-from toolchain.ir import dumps
-from toolchain.ir.graph import Graph
-from toolchain.passes import cancel_transposes, fold_batchnorm
-from toolchain.passes.rewrite import Rewriter
+from kiln.ir import dumps
+from kiln.ir.graph import Graph
+from kiln.normalize.passes import cancel_transposes, fold_batchnorm
+from kiln.normalize.rewrite import Rewriter
 
 
 def _chain() -> Graph:

@@ -2,9 +2,9 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import sink_transposes
-from toolchain.passes.rewrite import no_act
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import sink_transposes
+from kiln.normalize.rewrite import no_act
 
 BACK = [0, 3, 1, 2]  # NHWC -> NCHW, what follows every lowered conv
 

@@ -1,7 +1,7 @@
 """split_groups: a grouped convolution runs as split, one conv2d per group, concat."""
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import split_groups
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import split_groups
 
 
 def test_grouped_convolution_is_split_per_group() -> None:

@@ -2,8 +2,8 @@
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
-from toolchain.ir.graph import QuantParams
-from toolchain.passes import to_nhwc
+from kiln.ir.graph import QuantParams
+from kiln.normalize.passes import to_nhwc
 
 
 def _single(op: str, attrs: dict, shape=(2, 3, 7, 9), extra=()):

@@ -1,0 +1,232 @@
+"""The `kiln` command line. Every user error is one line on stderr and a non-zero exit."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kiln import __version__, config as model_config
+from kiln.errors import KilnError, missing_package, one_line_errors
+from kiln.stages import STAGES
+
+
+# What every model source needs (torch and tflite_micro are extras, needed only by their frontends).
+CORE_PACKAGES = ("numpy", "onnx", "flatbuffers", "lz4", "jinja2")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    return one_line_errors(lambda: args.func(args))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kiln", description="Compile neural-network models into int8 C code.")
+    p.add_argument("--version", action="version", version=f"kiln {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("stage", help="run one stage on a model's build folder (what SCons runs, as python -m kiln.runner)")
+    s.add_argument("name", choices=[st.name for st in STAGES])
+    s.add_argument("--model-dir", type=Path, required=True, help="the model folder holding model.toml")
+    s.add_argument("--build-dir", type=Path, required=True, help="the model's build folder")
+    s.set_defaults(func=_cmd_stage)
+
+    c = sub.add_parser("compile", help="run every stage on a model source, without SCons")
+    c.add_argument("source", type=Path, help="a model folder, model.py, .pt2, .onnx or .tflite file")
+    c.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
+    c.add_argument("--calibration", type=Path, action="append", help="calibration samples (.npy/.npz): [N, *input_shape] or [N, *input_shape[1:]]")
+    c.add_argument("-o", "--output", type=Path, required=True, help="output folder")
+    c.set_defaults(func=_cmd_compile)
+
+    i = sub.add_parser("inspect", help="show a .kir file: tensors, ops, shapes, quantization, arena offsets")
+    i.add_argument("file", type=Path)
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=_cmd_inspect)
+
+    e = sub.add_parser("export", help="write an int8 stage (quantized.kir) as a .tflite file, for Netron or TFLite Micro")
+    e.add_argument("file", type=Path, help="a quantized.kir (or a .kir of the same form)")
+    e.add_argument("-o", "--output", type=Path, required=True, help="the .tflite file to write")
+    e.add_argument("--mean", action="store_true", help="write global average pools as MEAN instead of AVERAGE_POOL_2D")
+    e.set_defaults(func=_cmd_export)
+
+    r = sub.add_parser("run", help="compile a `kiln compile` output folder for the host and run it")
+    r.add_argument("outdir", type=Path)
+    r.add_argument("--input", type=Path, required=True, help=".npy (one input) or .npz (by input name): one sample, [N, *shape] or [N, *shape[1:]]")
+    r.add_argument("--output", type=Path, required=True, help=".npy (one output) or .npz")
+    r.add_argument("--raw", action="store_true", help="read and write the int8 tensors instead of float")
+    r.set_defaults(func=_cmd_run)
+
+    q = sub.add_parser("report", help="accuracy of a compiled model: per-layer SQNR of int8 against float, top-1 agreement")
+    q.add_argument("outdir", type=Path, help="a model's build folder or `kiln compile` output (normalized.kir, quantized.kir)")
+    q.add_argument("--samples", type=int, default=16, help="how many of the calibration samples the build keeps (16) to compare on")
+    q.add_argument("--json", type=Path, help="also write the report as JSON")
+    q.set_defaults(func=_cmd_report)
+
+    k = sub.add_parser("check", help="run every built model's host program against the reference executor")
+    k.add_argument("build_root", type=Path, nargs="?", default=Path("build/host"))
+    k.set_defaults(func=_cmd_check)
+
+    b = sub.add_parser("build-report", help="one self-contained HTML page of every model built under a build root")
+    b.add_argument("build_root", type=Path, help="e.g. build/host or build/cortex-m4")
+    b.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
+    b.add_argument("--samples", type=int, default=8, help="how many of the calibration samples each build keeps to compare on")
+    b.set_defaults(func=_cmd_build_report)
+
+    t = sub.add_parser("scons-tools", help="print the folder of Kiln's SCons tools (for toolpath=[...]); fails when this "
+                       "Python lacks a package Kiln needs")
+    t.set_defaults(func=_cmd_scons_tools)
+
+    n = sub.add_parser("new", help="start a model folder: the source copied in and a commented model.toml")
+    n.add_argument("name", help="the model's name (its folder under models/, its C symbol prefix)")
+    n.add_argument("--from", dest="source", type=Path, required=True, help="a model.py, .onnx, .pt2 or .tflite file")
+    n.add_argument("--models-dir", type=Path, default=Path("models"), help="where model folders live (default: models)")
+    n.set_defaults(func=_cmd_new)
+    return p
+
+
+# -- commands --------------------------------------------------------------
+def _cmd_stage(args: argparse.Namespace) -> int:
+    from kiln.runner import run_stage
+
+    model_dir = args.model_dir
+    cfg = model_config.load(model_dir / "model.toml")
+    run_stage(args.name, args.build_dir.name, model_dir, cfg, args.build_dir)
+    return 0
+
+
+def resolve_source(source: Path, config_path: Path | None) -> tuple[str, Path, dict[str, Any]]:
+    """Model name, model folder and validated config for a `kiln compile` source."""
+    if source.is_dir():
+        model_dir, name = source, source.resolve().name
+        config_path = config_path or model_dir / "model.toml"
+        cfg = model_config.load(config_path)
+        return name, model_dir, cfg
+    if not source.exists():
+        raise KilnError(f"{source}: no such file or folder")
+    model_dir = source.parent
+    name = model_dir.resolve().name if source.suffix == ".py" else source.stem
+    if config_path is None and (model_dir / "model.toml").exists():
+        config_path = model_dir / "model.toml"
+    cfg = model_config.load(config_path) if config_path else model_config.validate({}, str(source))
+    cfg["model"]["source"] = source.name
+    return name, model_dir, cfg
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from kiln.runner import run_stage
+
+    name, model_dir, cfg = resolve_source(args.source, args.config)
+    if args.calibration:
+        cfg["quant"]["calibration"] = [str(p.resolve()) for p in args.calibration]
+    args.output.mkdir(parents=True, exist_ok=True)
+    for st in STAGES:
+        run_stage(st.name, name, model_dir, cfg, args.output)
+    print(f"kiln: compiled {name} into {args.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from kiln.inspect import describe, render
+
+    from kiln.ir import load
+
+    info = describe(load(args.file))
+    print(json.dumps(info, indent=1, sort_keys=True) if args.json else render(info))
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from kiln.export.tflite import NotExportable, to_tflite
+    from kiln.ir import load
+    from kiln.atomic import write_atomic
+
+    if args.output.suffix.lower() != ".tflite":
+        raise KilnError(f"{args.output}: kiln export writes .tflite files")
+    graph = load(args.file)
+    try:
+        exported = to_tflite(graph, mean=args.mean)
+    except NotExportable as exc:
+        raise KilnError(f"{args.file}: cannot be written as TFLite exactly: {exc}") from None
+    write_atomic(args.output, exported.model)
+    print(f"kiln: wrote {args.output} ({len(exported.model)} bytes)", file=sys.stderr)
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from kiln import host
+    from kiln.ir import load
+    from kiln.runio import check_values, dequantize_outputs, quantize_inputs, read_samples, write_samples
+
+    planned = args.outdir / "planned.kir"
+    graph = load(planned, "planned")
+    source = args.outdir / f"{graph.name}.c"
+    if not source.exists():
+        raise KilnError(f"{args.outdir}: no generated C source {source.name} (run `kiln compile` first)")
+    samples, form = read_samples(args.input, graph)
+    check_values(args.input, graph, samples, args.raw)
+    raw = samples if args.raw else quantize_inputs(graph, samples)
+    exe = host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], args.outdir / "host_model")
+    outs = host.run_executable(exe, graph, raw)
+    write_samples(args.output, graph, outs if args.raw else dequantize_outputs(graph, outs), form)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from kiln.ir import load
+    from kiln.atomic import write_atomic
+    from kiln.quantize.report import format_report, report, to_json
+    from kiln.quantize.kept import load_samples, report_inputs
+
+    if args.samples < 1:
+        raise KilnError(f"--samples must be at least 1, got {args.samples}")
+    normalized, quantized = load(args.outdir / "normalized.kir", "normalized"), load(args.outdir / "quantized.kir", "quantized")
+    samples, described = report_inputs(normalized, load_samples(args.outdir), args.samples)
+    rep = report(normalized, quantized, samples, described)
+    print(format_report(rep))
+    if args.json:
+        write_atomic(args.json, to_json(rep).encode())
+    return 0
+
+
+def _cmd_build_report(args: argparse.Namespace) -> int:
+    from kiln.atomic import write_atomic
+    from kiln.report import build_report
+
+    if args.samples < 1:
+        raise KilnError(f"--samples must be at least 1, got {args.samples}")
+    write_atomic(args.output, build_report(args.build_root, args.samples).encode())
+    return 0
+
+
+def _cmd_new(args: argparse.Namespace) -> int:
+    from kiln.scaffold import new_model
+
+    folder = new_model(args.name, args.source, args.models_dir)
+    print(f"kiln: created {folder} (edit its model.toml, then `scons {args.name}`)", file=sys.stderr)
+    return 0
+
+
+def _cmd_scons_tools(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from kiln import paths
+
+    for name in CORE_PACKAGES:
+        if importlib.util.find_spec(name) is None:
+            raise KilnError(missing_package(ModuleNotFoundError(name=name)))
+    print(paths.scons_tools())
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from kiln.check import check_all, passed, render
+
+    rows = check_all(args.build_root)
+    print(render(rows))
+    return 0 if all(passed(r) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

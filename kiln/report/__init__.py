@@ -1,0 +1,48 @@
+"""`kiln build-report`: one self-contained HTML page describing every model built under a build root.
+
+Per model: the layer table (op, kernel symbol, shapes, arena offset and
+bytes, MACs, SQNR of the int8 output against float, Cortex-M4 instructions
+when a Cortex-M4 build exists), the arena occupancy over the schedule as an
+inline SVG plot with the peak marked, the buffer placement map (arena offset
+by schedule step, one box per tensor), and the size breakdown (weights,
+arena, code). Rows that miss a floor (`kiln.report.data`) are highlighted;
+the pictures and tables fit the window's width. The page has no script, no external file
+and no timestamp: the same build gives the same bytes. Every name taken from
+a model goes through jinja2's autoescaping.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from kiln import __version__
+from kiln.errors import KilnError
+from kiln.report.data import LAYER_SQNR_FLOOR_DB, ModelReport, gather
+from kiln.report.plot import placement, timeline
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+SAMPLES = 8
+
+
+def built_models(root: Path) -> list[Path]:
+    """The model folders under `root` that hold a planned graph, sorted by name."""
+    builds = sorted(p.parent for p in root.glob("*/planned.kir"))
+    if not builds:
+        raise KilnError(f"{root}: no built models (run scons first)")
+    return builds
+
+
+def render(title: str, models: list[ModelReport]) -> str:
+    """The page for `models` (autoescaped: names come from model files)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    return env.get_template("report.html.j2").render(
+        title=title, version=__version__, floor=LAYER_SQNR_FLOOR_DB,
+        models=[(m, timeline(m), placement(m)) for m in models])
+
+
+def build_report(root: Path, samples: int = SAMPLES) -> str:
+    """The HTML page for the models built under `root`, each measured on up to `samples` of its kept samples."""
+    reports = [gather(b, samples) for b in built_models(root)]
+    return render(f"Kiln build report: {root.as_posix()}", reports)

@@ -1,0 +1,245 @@
+"""What the build report shows of one built model: its layers, the arena over the schedule, and its sizes.
+
+Everything is read from the model's build folder: `planned.kir` (schedule,
+kernel symbols, arena offsets), `normalized.kir` and `quantized.kir` with the
+calibration samples the build keeps (per-layer SQNR, as `kiln report` measures it), the
+generated header (weight bytes), and the compiled model — the Cortex-M4
+image `<model>.elf` when that target was built, else the host object
+`<model>.o`. When a Cortex-M4 build of the model exists (this build root's
+or the `cortex-m4` one beside it) and QEMU is installed, each layer's
+Cortex-M4 instructions come from running that image on the first kept sample.
+
+Floors: a layer whose int8 output is below `LAYER_SQNR_FLOOR_DB` against
+float, and a model whose output is below `OUTPUT_SQNR_FLOOR_DB` or whose
+arena exceeds its lower bound by more than `ARENA_RATIO_CEILING`, is marked
+for the page to highlight.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+from kiln.check import seeded_inputs
+from kiln.errors import KilnError
+from kiln.ir import load
+from kiln.ir.graph import Graph
+from kiln.quantize.kept import load_samples, report_inputs
+from kiln.quantize.report import report
+from kiln.runio import quantize_inputs
+from kiln.target import qemu
+from kiln.target.macs import node_macs
+from kiln.target.size import size_report
+
+LAYER_SQNR_FLOOR_DB = 20.0  # a layer that loses more than 1% of its signal power to quantization
+OUTPUT_SQNR_FLOOR_DB = 20.0
+ARENA_RATIO_CEILING = 1.05  # the arena against the largest sum of simultaneously live bytes
+
+
+@dataclass(frozen=True)
+class Layer:
+    index: int
+    name: str
+    op: str
+    kernel: str  # "" for an alias (reshape-like: no code runs)
+    inputs: list[str]  # activation shapes
+    output: str
+    memory: str  # "arena", "input", "output"
+    offset: int
+    nbytes: int
+    macs: int
+    compared: bool  # the float graph has this tensor too
+    sqnr_db: float | None  # None: bit-exact (or not compared)
+    m4_instructions: int | None = None  # Cortex-M4 instructions of this layer, when measured
+
+    @property
+    def below_floor(self) -> bool:
+        return self.compared and self.sqnr_db is not None and self.sqnr_db < LAYER_SQNR_FLOOR_DB
+
+
+@dataclass(frozen=True)
+class Step:
+    """Arena occupancy while one node runs: the bytes of every arena tensor live then."""
+
+    index: int
+    node: str
+    live_bytes: int
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One arena tensor: where it sits and the schedule steps it lives through."""
+
+    name: str
+    first: int
+    last: int
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    part: str
+    nbytes: int
+
+
+@dataclass
+class ModelReport:
+    name: str
+    layers: list[Layer]
+    steps: list[Step]
+    arena_size: int
+    lower_bound: int
+    macs: int
+    output_sqnr_db: float | None
+    top1_agreement: float
+    inputs: str  # what the SQNR was measured on: "8 calibration samples (from ...)" or seeded random inputs
+    size_source: str  # what the size rows were read from
+    sizes: list[SizeRow] = field(default_factory=list)
+    buffers: list[Buffer] = field(default_factory=list)
+    m4_source: str = ""  # where the per-layer Cortex-M4 instructions came from, or why there are none
+
+    @property
+    def peak(self) -> Step:
+        return max(self.steps, key=lambda s: (s.live_bytes, -s.index))
+
+    @property
+    def failed_floors(self) -> list[str]:
+        """The model-level floors this model misses, in words."""
+        failed = []
+        if self.output_sqnr_db is not None and self.output_sqnr_db < OUTPUT_SQNR_FLOOR_DB:
+            failed.append(f"output SQNR below {OUTPUT_SQNR_FLOOR_DB:g} dB")
+        if self.arena_size > ARENA_RATIO_CEILING * self.lower_bound:
+            failed.append(f"arena above {ARENA_RATIO_CEILING:g} x its lower bound")
+        return failed
+
+
+def gather(build: Path, samples: int) -> ModelReport:
+    """The report of the model built in `build`, its SQNR over up to `samples` of the calibration samples kept there."""
+    planned, normalized, quantized = (load(build / f"{a}.kir", a) for a in ("planned", "normalized", "quantized"))
+    rep = report(normalized, quantized, *report_inputs(normalized, load_samples(build), samples))
+    sqnr = {n: e["sqnr_db"] for n, e in rep["tensors"].items()}
+    counts, m4_source = m4_layers(build, planned)
+    layers = [_layer(planned, i, sqnr, counts.get(i)) for i in range(len(planned.nodes))]
+    sizes, source = sizes_of(build, planned)
+    return ModelReport(
+        name=build.name, layers=layers, steps=timeline(planned), arena_size=int(planned.meta["arena_size"]),
+        lower_bound=int(planned.meta["lower_bound"]), macs=sum(layer.macs for layer in layers),
+        output_sqnr_db=rep["outputs"].get(quantized.outputs[0]), top1_agreement=rep["top1_agreement"],
+        inputs=rep["inputs"], size_source=source, sizes=sizes, buffers=buffers(planned), m4_source=m4_source,
+    )
+
+
+def m4_layers(build: Path, planned: Graph) -> tuple[dict[int, int], str]:
+    """Each kernel layer's Cortex-M4 instructions (node index -> count) from this model's Cortex-M4 image, run
+    under QEMU on the first kept sample; empty (and why) when there is no image, no QEMU, or another graph."""
+    root = build.parent
+    cortex = (root if root.name == "cortex-m4" else root.parent / "cortex-m4") / build.name
+    elf = cortex / f"{build.name}.elf"
+    if not elf.is_file() or not (cortex / "planned.kir").is_file():
+        return {}, "no Cortex-M4 build of this model (scons target=cortex-m4)"
+    if shutil.which(qemu.QEMU) is None:
+        return {}, f"{qemu.QEMU} not found"
+    image_graph, quantized = load(cortex / "planned.kir", "planned"), load(cortex / "quantized.kir", "quantized")
+    if [n.name for n in image_graph.nodes] != [n.name for n in planned.nodes]:
+        return {}, f"{elf} was built from another graph (rebuild target=cortex-m4)"
+    sample = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(cortex).inputs, 1))
+    run = qemu.run_firmware(elf, image_graph, sample, layers=True)
+    return {lc.index: lc.instructions for lc in run.layers}, f"{elf.relative_to(root.parent).as_posix()} under QEMU, first kept sample"
+
+
+def _shape(graph: Graph, name: str) -> str:
+    t = graph.tensors[name]
+    return f"{t.dtype}[{', '.join(map(str, t.shape))}]"
+
+
+def _layer(graph: Graph, index: int, sqnr: dict[str, float | None], m4: int | None) -> Layer:
+    node = graph.nodes[index]
+    out = graph.tensors[node.outputs[0]]
+    acts = [i for i in node.inputs if i and not graph.tensors[i].is_constant]
+    return Layer(
+        index=index, name=node.name, op=node.op, kernel=str(node.attrs.get("kernel", "")),
+        inputs=[_shape(graph, i) for i in acts], output=_shape(graph, node.outputs[0]),
+        memory=str(out.attrs.get("memory", "arena")), offset=int(out.attrs.get("offset", 0)), nbytes=out.nbytes,
+        macs=node_macs(graph, node), compared=node.outputs[0] in sqnr, sqnr_db=sqnr.get(node.outputs[0]),
+        m4_instructions=m4,
+    )
+
+
+def lifetimes(graph: Graph) -> dict[str, tuple[int, int]]:
+    """Each tensor's first and last step: from the step that writes it to the last that reads it (outputs: the end)."""
+    last = len(graph.nodes) - 1
+    born = {n: 0 for n in graph.inputs}
+    dies = {n: last for n in graph.outputs}
+    for step, node in enumerate(graph.nodes):
+        for o in node.outputs:
+            born.setdefault(o, step)
+            dies.setdefault(o, step)
+        for i in node.inputs:
+            if i in born:
+                dies[i] = max(dies.get(i, step), step)
+    return {n: (born[n], dies[n]) for n in born}
+
+
+def buffers(graph: Graph) -> list[Buffer]:
+    """The arena tensors with their offsets and lifetimes, in schedule order (aliases share their input's bytes)."""
+    spans = lifetimes(graph)
+    return sorted((Buffer(n, *spans[n], int(t.attrs["offset"]), t.nbytes) for n, t in graph.tensors.items()
+                   if t.attrs.get("memory") == "arena" and n in spans),
+                  key=lambda b: (b.first, b.offset, b.name))
+
+
+def timeline(graph: Graph) -> list[Step]:
+    """Arena bytes in use at each step of the schedule: the union of the live arena tensors' byte ranges.
+
+    Aliases and in-place results share their input's bytes, and the union counts those bytes once.
+    """
+    ranges = [(b.first, b.last, b.offset, b.offset + b.nbytes) for b in buffers(graph)]
+    return [Step(s, node.name, _union([(lo, hi) for b, d, lo, hi in ranges if b <= s <= d]))
+            for s, node in enumerate(graph.nodes)]
+
+
+def _union(intervals: list[tuple[int, int]]) -> int:
+    total, end = 0, -1
+    for lo, hi in sorted(intervals):
+        if hi > end:
+            total += hi - max(lo, end)
+            end = hi
+    return total
+
+
+def sizes_of(build: Path, planned: Graph) -> tuple[list[SizeRow], str]:
+    """Weights, arena and code bytes: from the Cortex-M4 image when built, else from the host object."""
+    header = (build / f"{build.name}.h").read_text()
+    weights = int(re.search(r"_WEIGHT_BYTES (\d+)u", header).group(1))
+    rows = [SizeRow("weights (generated constants)", weights), SizeRow("arena", int(planned.meta["arena_size"]))]
+    elf, obj = build / f"{build.name}.elf", build / f"{build.name}.o"
+    if elf.is_file():
+        image = size_report(elf)
+        rows += [SizeRow("code (.text, whole image)", image.code), SizeRow("flash (whole image)", image.flash),
+                 SizeRow("RAM (whole image)", image.ram)]
+        rows += [SizeRow(f"flash: {part}", b["flash"]) for part, b in image.parts.items()]
+        return rows, f"{elf.name} (Cortex-M4 image)"
+    if obj.is_file():
+        sections = object_sections(obj)
+        rows += [SizeRow("code (.text of the model object)", _sum(sections, ".text")),
+                 SizeRow("read-only data (.rodata of the model object)", _sum(sections, ".rodata"))]
+        return rows, f"{obj.name} (host object)"
+    return rows, "the generated header and the planned graph (no compiled object)"
+
+
+def object_sections(obj: Path) -> dict[str, int]:
+    """Section sizes of a host object file (binutils `size -A`)."""
+    if shutil.which("size") is None:
+        raise KilnError("'size' (binutils) not found")
+    proc = subprocess.run(["size", "-A", str(obj)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise KilnError(f"{obj}: size failed: {proc.stderr.strip()}")
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\.\S+)\s+(\d+)", proc.stdout, re.M)}
+
+
+def _sum(sections: dict[str, int], prefix: str) -> int:
+    return sum(v for k, v in sections.items() if k == prefix or k.startswith(prefix + "."))

@@ -1,0 +1,655 @@
+"""SCons tool for Kiln: one builder per compiler stage, from the stage registry.
+
+`generate(env)` registers builders and pseudo-builders; it holds no compiler
+logic. What a stage reads, which files of a model folder it depends on, the C
+symbol prefix rule and what a model table needs all come from the registry
+(`kiln/stages.py` and the standard-library modules beside it), which this
+tool loads by file path under a private package name: the SCons process
+imports nothing else of Kiln, needs none of its third-party packages, and no
+`site_scons/` module of the project (a `toolchain.py`, a `kiln.py`) can stand
+in for a module of Kiln.
+
+Each stage runs as its own process (`KILN_PYTHON -P -m kiln.runner NAME ...`,
+from an argument list: no shell ever sees a folder name), so `scons -j` is
+parallel. KILN_PYTHON is the Python that has Kiln: for an installed Kiln the
+Python of the environment this tool was installed into, for a source checkout
+the Python running SCons (with the checkout on PYTHONPATH); a construction
+variable or environment variable `KILN_PYTHON` overrides it. A stage
+target's signature is exactly: its input artifacts' contents, the canonical
+text of the model.toml tables it reads (a Value node), the contents of the
+source modules the registry lists for it, and the stage's name — no absolute
+paths, times or environment, so clones in different folders share cache
+entries.
+
+Model folder names may hold spaces and shell characters: stages get them as
+arguments, and compiler command lines quote every path with `shlex.quote`
+(SCons's own quoting leaves backquotes live). A target that changed in
+place since the build wrote it (a corrupted artifact) is rebuilt, never
+used: SCons itself only compares what a target depends on.
+
+Global settings: the tool adds the `--kiln-cache` options and appends its
+part of `scons -h`. Only with the shared cache on does it set one global
+option, `hash_format=sha256` (cache entries are named by build signatures),
+and only when the project has not chosen a hash format itself.
+`--kiln-cache=DIR` (or `KILN_CACHE`) turns on the shared build cache
+(`VerifiedCacheDir`); `--kiln-cache-readonly` (or `KILN_CACHE_READONLY=1`)
+reads it without writing anything to it.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import secrets
+import shlex
+import stat
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import SCons.Action
+import SCons.Builder
+import SCons.CacheDir
+import SCons.Errors
+import SCons.Node
+import SCons.Node.Alias
+import SCons.Node.FS
+import SCons.Script
+import SCons.Subst
+import SCons.Util
+import SCons.Warnings
+
+
+def _kiln_package() -> Path:
+    """The `kiln` package this tool belongs to: around it in a wheel (kiln/site_tools/), at the checkout's root
+    in a source checkout (site_scons/site_tools/)."""
+    here = Path(__file__).resolve().parent.parent
+    return here if (here / "stages.py").is_file() else here.parent / "kiln"
+
+
+def load_registry(package: Path) -> ModuleType:
+    """The package at `package`, as a private package: its standard-library modules import each other relatively."""
+    name = "_kiln_registry_" + hashlib.sha256(str(package).encode()).hexdigest()[:12]
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, package / "__init__.py", submodule_search_locations=[str(package)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
+PACKAGE = _kiln_package()
+_KILN = load_registry(PACKAGE).__name__
+buildcache, model_config, errors, manifest, model_table, paths, registry = (
+    importlib.import_module(f"{_KILN}.{m}") for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages"))
+write_atomic = importlib.import_module(f"{_KILN}.atomic").write_atomic
+KilnError = errors.KilnError
+SOURCE_ROOT = PACKAGE.parent  # the folder the registry's `kiln/...` module paths are relative to
+
+
+def kiln_python(env) -> str:
+    """The Python that runs stages: `KILN_PYTHON` (construction or environment variable), else found from Kiln."""
+    chosen = env.get("KILN_PYTHON") or os.environ.get("KILN_PYTHON")
+    if chosen:
+        return str(chosen)
+    if paths.source_checkout():
+        return sys.executable
+    site = str(PACKAGE.parent)
+    if any(os.path.realpath(p) == os.path.realpath(site) for p in sys.path if p):
+        return sys.executable
+    for folder in PACKAGE.parents:  # a virtual environment holding the package
+        if (folder / "pyvenv.cfg").is_file():
+            for candidate in (folder / "bin" / "python", folder / "Scripts" / "python.exe"):
+                if candidate.is_file():
+                    return str(candidate)
+    _error(f"cannot tell which Python has Kiln installed at {PACKAGE}; set KILN_PYTHON to it")
+
+
+# -- stages -------------------------------------------------------------------------------
+class StageAction(SCons.Action.FunctionAction):
+    """Run one stage as `KILN_PYTHON -P -m kiln.runner NAME --model-dir DIR --build-dir DIR` from an argument list.
+
+    The signature is the stage's name: everything else that decides its
+    output is a source of the target (artifacts, config text, modules).
+    """
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        super().__init__(self._run, {"strfunction": self._show})
+
+    def _run(self, target, source, env) -> int:
+        cmd = [str(env["KILN_PYTHON"]), "-P", "-m", "kiln.runner", self.stage,
+               "--model-dir", env["KILN_MODEL_DIR"].path, "--build-dir", target[0].dir.path]
+        start = time.perf_counter()
+        status = SCons.Action.scons_subproc_run(env, cmd).returncode
+        _PROGRESS.ran(env["KILN_MODEL"], env["KILN_BUILD_ROOT"], time.perf_counter() - start)
+        return status
+
+    def _show(self, target, source, env) -> str:
+        return f"{_PROGRESS.count(target[0])}kiln {self.stage} {env['KILN_MODEL']}"
+
+    def get_presig(self, target, source, env, executor=None) -> bytes:
+        return f"kiln stage {self.stage}".encode()
+
+
+class Progress:
+    """`[k/n]` before each stage action and, at exit, one summary line per model of what the build did.
+
+    n is the number of stage targets the requested build holds (a cold build
+    runs them all); k counts the stage actions shown so far.
+    """
+
+    def __init__(self) -> None:
+        self.stage_nodes: set = set()
+        self.total: int | None = None
+        self.shown = 0
+        self.models: dict[tuple[str, str], dict] = {}  # (build root, model) -> what the summary shows
+        self.broken: list[str] = []
+
+    def count(self, node) -> str:
+        if self.total is None:
+            self.total = self._reachable()
+        self.shown += 1
+        return f"[{self.shown}/{self.total}] " if self.total else ""
+
+    def _reachable(self) -> int:
+        targets = list(SCons.Script.BUILD_TARGETS) or ["."]
+        seen, todo, found = set(), [_node(t) for t in targets], 0
+        while todo:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            found += node in self.stage_nodes
+            todo.extend(node.children(scan=0))
+        return found
+
+    def ran(self, model: str, root: str, seconds: float) -> None:
+        entry = self.models[(root, model)]
+        entry["run"] += 1
+        entry["seconds"] += seconds
+
+    def retrieved(self, node) -> None:
+        for (root, model), entry in self.models.items():
+            if node in entry["nodes"]:
+                entry["cached"] += 1
+
+    def summary(self) -> None:
+        """One line per model the build touched: stages run and from the cache, arena and flash bytes, stage time."""
+        touched = [(k, e) for k, e in sorted(self.models.items()) if e["run"] or e["cached"]]
+        if not touched or SCons.Script.GetOption("silent") or SCons.Script.GetOption("help"):
+            return
+        print(f"kiln: {len(touched)} model(s) rebuilt; per model: stages run / from the cache, arena, flash, stage time")
+        for (root, model), e in touched:
+            arena, flash = model_table.model_sizes(Path(e["header"].abspath), Path(e["object"].abspath))
+            print(f"kiln:   {root}/{model}: {e['run']} run / {e['cached']} cached of {len(registry.STAGES)} stages, "
+                  f"arena {_bytes(arena)}, flash {_bytes(flash)}, {e['seconds']:.1f} s")
+        for message in self.broken:
+            print(f"kiln:   not built: {message}")
+
+
+def _node(target):
+    """The node a command-line or default target names."""
+    if isinstance(target, SCons.Node.Node):
+        return target
+    return SCons.Node.Alias.default_ans.lookup(str(target)) or SCons.Node.FS.get_default_fs().Entry(str(target))
+
+
+def _bytes(value: int | None) -> str:
+    return "-" if value is None else f"{value:,} B"
+
+
+_PROGRESS = Progress()
+
+
+def _literal(path: str) -> str:
+    """A path SCons takes as it is: `$` would start a substitution."""
+    return path.replace("$", "$$")
+
+
+def _error(message: str) -> None:
+    print(f"kiln: error: {message}", file=sys.stderr)
+    SCons.Script.Exit(2)
+
+
+def kiln_model(env, model_dir: str, build_root: str) -> dict:
+    """Declare every stage of one model; returns {"name", "stages": {name: [nodes]}, "object", "prefix", "build", "alias"}.
+
+    A model whose model.toml (or folder) is wrong stops the build with its one-line error; `KilnModels` reports it
+    and builds the others.
+    """
+    try:
+        return _declare_model(env, model_dir, build_root)
+    except KilnError as exc:
+        _error(str(exc))
+
+
+def kiln_models(env, models_dir: str, build_root: str) -> list[dict]:
+    """Declare every model folder (`*/model.toml`) under `models_dir`, in name order; returns the models that declare.
+
+    A broken model (bad model.toml, missing source or calibration file) is
+    reported in one line, listed by `scons -h`, and its name is a target
+    that fails; `env.KilnErrors()` gives those targets (a default build
+    should include them, so it ends in failure after building every other
+    model).
+    """
+    folder = models_dir if isinstance(models_dir, SCons.Node.Node) else env.Dir(_literal(models_dir))
+    declared = []
+    for toml in sorted(Path(folder.abspath).glob("*/model.toml")):
+        try:
+            declared.append(_declare_model(env, folder.Dir("./" + toml.parent.name), build_root))
+        except KilnError as exc:
+            _broken(env, toml.parent.name, build_root, str(exc))
+    _help(build_root, declared)
+    return declared
+
+
+def _broken(env, name: str, build_root: str, message: str) -> None:
+    """Report a model that cannot be declared, once; its target (and its name) fail, after the rest of the build."""
+    if message not in _PROGRESS.broken:
+        print(f"kiln: error: {message}", file=sys.stderr)
+        _PROGRESS.broken.append(message)
+    marker = env.Alias(SCons.Node.Alias.default_ans.Alias(name), [], SCons.Action.Action(lambda target, source, env: 1, None))
+    env.AlwaysBuild(marker)
+    _BROKEN.extend(marker)
+
+
+_BROKEN: list = []
+
+
+def kiln_errors(env, after: list | None = None) -> list:
+    """The targets of the broken models `KilnModels` found (each fails with its model's error), built after `after`
+    (the rest of a default build, so a build without `-k` still builds every other model first)."""
+    if after:
+        env.Depends(_BROKEN, after)
+    return list(_BROKEN)
+
+
+def _declare_model(env, model_dir, build_root: str) -> dict:
+    model_dir_node = model_dir if isinstance(model_dir, SCons.Node.Node) else env.Dir(_literal(model_dir))
+    folder = Path(model_dir_node.abspath)
+    name = folder.name
+    toml = folder / "model.toml"
+    model_config.check_model_name(name, str(folder))
+    cfg = model_config.load(toml)
+    files = {st.name: registry.model_files(st.name, folder, cfg, toml) for st in registry.STAGES}
+    prefix = registry.symbol_prefix(name, cfg["codegen"])
+    build = env.Dir(_literal(f"{build_root}/{name}"))
+    menv = env.Clone(KILN_MODEL=name, KILN_MODEL_DIR=model_dir_node, KILN_BUILD_ROOT=build_root)
+    rebuild_changed_targets(menv)
+    stages: dict[str, list] = {}
+    for st in registry.STAGES:
+        targets = [build.File("./" + a) for a in st.outputs(name)]
+        sources = [build.File("./" + a) for a in st.consumes] + [env.fs.File(str(f)) for f in files[st.name]]
+        # The canonical JSON of the tables: `--debug=explain` shows a config change as the old text
+        # ("no longer a dependency") and the new one ("a new dependency").
+        sources.append(env.Value(model_config.canonical(model_config.view(cfg, st.tables))))
+        nodes = getattr(menv, f"KilnStage_{st.name}")(targets, sources)
+        menv.Depends(nodes, [env.fs.File(str(f)) for f in st.source_files(SOURCE_ROOT)])
+        # Stages replace their outputs atomically, so SCons need not delete them first: a killed stage
+        # leaves the previous complete artifact (still recorded as out of date), never a missing one.
+        menv.Precious(nodes)
+        stages[st.name] = nodes
+        _PROGRESS.stage_nodes.add(nodes[0])  # one per action
+        env.Alias(SCons.Node.Alias.default_ans.Alias(f"{name}-{st.name}"), nodes)
+    c_source, header = (next(n for n in stages["codegen"] if str(n).endswith(suffix)) for suffix in (".c", ".h"))
+    # The generated C includes its header from its own folder: no -I flag names the model's folder. Compiled
+    # by `env` itself, whose compiler a later script may still set (PlatformIO's platform script runs after
+    # the extra script that declares the models).
+    obj = env.Object(build.File(f"./{name}{env.subst('$OBJSUFFIX')}"), c_source, CPPPATH=[env.fs.Dir(str(paths.runtime()))])
+    alias = SCons.Node.Alias.default_ans.Alias(name)
+    env.Alias(alias, obj)
+    _PROGRESS.models[(build_root, name)] = {"run": 0, "cached": 0, "seconds": 0.0, "header": header, "object": obj[0],
+                                            "nodes": {n for nodes in stages.values() for n in nodes}}
+    add_to_report(env, build_root, [n for nodes in stages.values() for n in nodes] + obj)
+    return {"name": name, "stages": stages, "object": obj, "prefix": prefix, "build": build, "alias": alias,
+            "header": header}
+
+
+def _help(build_root: str, models: list[dict]) -> None:
+    names = ", ".join(m["name"] for m in models) or "(none)"
+    broken = "".join(f"\n  not built: {line}" for line in _PROGRESS.broken)
+    SCons.Script.Help(
+        f"\nKiln models ({build_root}): {names}{broken}\n"
+        f"  stages, in order: {', '.join(s.name for s in registry.STAGES)}\n"
+        "  targets: MODEL (its stages and object, and what the SConstruct adds), MODEL-STAGE (one model up to one stage),\n"
+        f"           report ({build_root}/report.html: layers, memory and sizes of every model)\n"
+        "  options: --kiln-cache=DIR (or KILN_CACHE) shares stage results between builds and clones;\n"
+        "           --kiln-cache-readonly (or KILN_CACHE_READONLY=1) reads it and never writes (untrusted builds);\n"
+        "           KILN_PYTHON=PYTHON runs the stages with that Python (default: the one Kiln is installed in)\n",
+        append=True, local_only=True)
+
+
+_REPORTS: dict[str, list] = {}
+_IMAGES: dict[str, list] = {}  # folder holding build roots -> the Cortex-M4 images declared under one of them
+
+
+def add_to_report(env, build_root: str, nodes: list) -> None:
+    """`scons report`: `<build root>/report.html` (kiln build-report), rebuilt when a model's artifacts, its
+    compiled code or the compiler change, and built after the Cortex-M4 images beside it (their per-layer counts)."""
+    if build_root not in _REPORTS:
+        page = env.Command(env.Dir(_literal(build_root)).File("./report.html"), [],
+                           SCons.Action.Action(_run_report, "kiln build-report $TARGET"))
+        env.Depends(page, [env.fs.File(str(f)) for f in registry.package_files(SOURCE_ROOT)])
+        env.Depends(page, _IMAGES.get(_parent(build_root), []))
+        env.Alias("report", page)
+        _REPORTS[build_root] = page
+    env.Depends(_REPORTS[build_root], nodes)
+
+
+def add_image_to_reports(env, build_root: str, image: list) -> None:
+    """A model's Cortex-M4 image: every report of the build roots beside `build_root` shows its per-layer counts."""
+    _IMAGES.setdefault(_parent(build_root), []).extend(image)
+    for root, page in _REPORTS.items():
+        if _parent(root) == _parent(build_root):
+            env.Depends(page, image)
+
+
+def _parent(build_root: str) -> str:
+    return os.path.dirname(os.path.normpath(build_root))
+
+
+def _run_report(target, source, env) -> int:
+    cmd = [str(env["KILN_PYTHON"]), "-P", "-m", "kiln", "build-report", target[0].dir.path, "-o", target[0].path]
+    return SCons.Action.scons_subproc_run(env, cmd).returncode
+
+
+def _model_table_action(target, source, env):
+    write_atomic(str(target[0]), model_table.model_table(env["KILN_PREFIXES"]).encode())
+    return 0
+
+
+def _manifest_action(target, source, env):
+    write_atomic(str(target[0]), manifest.manifest([Path(str(s)) for s in source]).encode())
+    return 0
+
+
+def rebuild_changed_targets(env) -> None:
+    """Make `env`'s targets rebuild when their file no longer holds what the build recorded writing.
+
+    SCons decides from a target's dependencies only, so an artifact
+    corrupted or replaced in place would be trusted (and fed to the next
+    stage) until deleted by hand. The decider SCons asks about a target's
+    first dependency also compares the target's own content signature with
+    its `.sconsign` record. (The signatures are only right once SCons has
+    read its options, so this cannot happen while the SConscripts are read.)
+    """
+    def wrap(decide):
+        def decider(dependency, target, prev_ni, repo_node=None) -> bool:
+            changed = decide(dependency, target, prev_ni, repo_node)
+            return (dependency is target.children()[0] and _changed_in_place(target)) or changed
+        return decider
+
+    env.decide_source, env.decide_target = wrap(env.decide_source), wrap(env.decide_target)
+
+
+_REPORTED: set[str] = set()
+
+
+def _changed_in_place(target) -> bool:
+    if target.get_state() == SCons.Node.executed or not target.exists():
+        return False  # rebuilt in this run (or absent): nothing to distrust
+    recorded = getattr(target.get_stored_info().ninfo, "csig", None)
+    if not recorded or target.get_csig() == recorded:
+        return False
+    if target.get_internal_path() not in _REPORTED:
+        _REPORTED.add(target.get_internal_path())
+        print(f"kiln: {target} changed since the build wrote it; rebuilding it", file=sys.stderr)
+    return True
+
+
+def kiln_program(env, target, models: list[dict], build_root: str):
+    """A host program linking `models` with the runtime, the kernel stubs and the harness.
+
+    `target` is a File node (e.g. `m["build"].File(m["name"])`, safe for any folder name) or a path string.
+    """
+    program = target_file(env, target)
+    prefixes = check_prefixes(models)
+    runtime_objs = env.KilnRuntimeObjects(build_root)
+    table = env.Command(program.dir.File(f"./{program.name}_models.c"), [env.Value(" ".join(prefixes))],
+                        SCons.Action.Action(_model_table_action, "model table $TARGET"), KILN_PREFIXES=prefixes)
+    table_obj = env.Object(program.dir.File(f"./{program.name}_models{env.subst('$OBJSUFFIX')}"), table,
+                           CPPPATH=[env.fs.Dir(str(paths.runtime()))])
+    objs = [m["object"] for m in models]
+    return env.Program(program, objs + table_obj + runtime_objs, LIBS=["m"])
+
+
+def target_file(env, target):
+    """A File node for `target`: a node as it is, a string as SCons reads it (with `$` substitution)."""
+    return target if isinstance(target, SCons.Node.Node) else env.File(target)
+
+
+def check_prefixes(models: list[dict]) -> list[str]:
+    """The models' symbol prefixes; two models with one prefix would only fail at link time, so stop here."""
+    seen: dict[str, str] = {}
+    for m in models:
+        if m["prefix"] in seen:
+            _error(f"models {seen[m['prefix']]!r} and {m['name']!r} both export C symbols named {m['prefix']}_*; "
+                   "give one of them another [codegen] prefix in its model.toml")
+        seen[m["prefix"]] = m["name"]
+    return list(seen)
+
+
+def kiln_manifest(env, program, model: dict):
+    """`<model>.manifest` (kiln/manifest.py) for a model's own program, written after the program.
+
+    It depends on the files it records, not on the program: a relink that
+    changes nothing the check compares (new runtime flags) leaves it as it is.
+    """
+    files = manifest.recorded(model["name"])
+    sources = sorted((n for nodes in model["stages"].values() for n in nodes if Path(str(n)).name in files), key=str)
+    record = env.Command(model["build"].File(f"./{model['name']}.manifest"), sources,
+                         SCons.Action.Action(_manifest_action, "manifest $TARGET"))
+    env.Requires(record, program)
+    return record
+
+
+def kiln_runtime_objects(env, build_root: str, harness: bool = True) -> list:
+    """The runtime, harness and kernel stubs compiled once per build root.
+
+    `harness=False` leaves out the host harness (`host_main.c`, which has `main`),
+    for a firmware that calls the models from its own main.
+    """
+    if build_root not in _RUNTIME_OBJECTS:
+        objs = []
+        for folder, sub in ((paths.runtime(), "runtime"), (paths.stubs(), "firmware_stubs")):
+            for c in sorted(Path(folder).glob("*.c")):
+                objs += env.Object(f"{build_root}/_{sub}/{c.stem}", env.fs.File(str(c)), CPPPATH=[env.fs.Dir(str(paths.runtime()))])
+        _RUNTIME_OBJECTS[build_root] = objs
+    return [o for o in _RUNTIME_OBJECTS[build_root] if harness or Path(str(o)).stem != "host_main"]
+
+
+_RUNTIME_OBJECTS: dict[str, list] = {}
+
+
+# -- the shared build cache ------------------------------------------------
+class VerifiedCacheDir(SCons.CacheDir.CacheDir):
+    """SCons's CacheDir, with entries bound to their key and verified on every retrieval.
+
+    SCons trusts whatever sits at a signature's path in a shared folder. Here
+    an entry is used only when it is a regular file (never a symlink) whose
+    header names this target's build signature and the SHA-256 of the
+    content that follows (and, with `$KILN_CACHE_HMAC_KEY`, carries a valid
+    HMAC): a swapped, forged, truncated or planted entry is a miss, reported
+    once, and (unless read-only) replaced by the rebuilt target.
+    """
+
+    readonly = False
+
+    def __init__(self, path) -> None:
+        self.secret = os.environ.get(buildcache.HMAC_KEY_ENV, "").encode() or None
+        self._entries: dict[str, object] = {}
+        super().__init__(path)
+        prefix = self.config.get("prefix_len")
+        if not isinstance(prefix, int) or isinstance(prefix, bool) or not 0 < prefix <= 8:
+            raise SCons.Errors.UserError(f"kiln: cache folder {path}: its config has an invalid prefix_len {prefix!r}")
+
+    def is_readonly(self) -> bool:
+        return self.readonly or super().is_readonly()
+
+    def entry(self, node):
+        """The verified entry for `node`, read once per build; None on a miss (a bad entry is reported)."""
+        cachedir, cachefile = self.cachepath(node)
+        if cachefile is None:
+            return None
+        if cachefile not in self._entries:
+            raw = buildcache.read_regular(cachefile) if not os.path.islink(cachedir) else "in a symlinked folder"
+            found = buildcache.parse_entry(raw, os.path.basename(cachefile), self.secret) if isinstance(raw, bytes) else raw
+            if isinstance(found, str):
+                print(f"kiln: cache entry {cachefile} for {node} is corrupted ({found}); ignoring it and rebuilding",
+                      file=sys.stderr)
+            self._entries[cachefile] = found if isinstance(found, buildcache.Entry) else None
+        return self._entries[cachefile]
+
+    def retrieve(self, node) -> bool:
+        if not self.is_enabled():
+            return False
+        env = node.get_build_env()
+        if SCons.CacheDir.cache_show:
+            if _RETRIEVE_SILENT(node, [], env, execute=1) == 0:
+                node.build(presub=0, execute=0)
+                return True
+            return False
+        return _RETRIEVE(node, [], env, execute=1) == 0
+
+    def push(self, node) -> None:
+        if self.is_readonly() or not self.is_enabled() or node.nocache:
+            return
+        path = node.get_internal_path()
+        if os.path.islink(path) or not os.path.isfile(path):
+            return  # only regular files are cached
+        if self.entry(node) is not None:
+            return  # a valid entry is there already (a concurrent build's)
+        cachedir, cachefile = self.cachepath(node)
+        try:
+            if os.path.islink(cachedir):
+                raise OSError(f"{cachedir} is a symlink")
+            os.makedirs(cachedir, exist_ok=True)
+            data = Path(path).read_bytes()
+            entry = buildcache.entry_bytes(os.path.basename(cachefile), data, stat.S_IMODE(os.stat(path).st_mode), self.secret)
+            tmp = os.path.join(cachedir, f".{os.path.basename(cachefile)}.{secrets.token_hex(8)}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(entry)
+                os.replace(tmp, cachefile)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+            self._entries[cachefile] = buildcache.Entry(data, stat.S_IMODE(os.stat(path).st_mode))
+        except OSError as exc:  # a full or unwritable cache never fails the build
+            SCons.Warnings.warn(SCons.Warnings.CacheWriteErrorWarning, f"kiln: cannot write cache entry {cachefile} ({exc})")
+
+    def get_cachedir_csig(self, node) -> str | None:
+        found = self.entry(node)
+        return None if found is None else SCons.Util.hash_signature(found.data)
+
+
+class ReadOnlyVerifiedCacheDir(VerifiedCacheDir):
+    """A verified cache that untrusted builds read and never write: no entries, config, tag, lock or times."""
+
+    readonly = True
+
+    def _readconfig(self, path: str) -> None:
+        """Read the cache's config without creating or locking anything; without one, SCons's default layout."""
+        raw = buildcache.read_regular(os.path.join(path, "config"))
+        try:
+            self.config = json.loads(raw) if isinstance(raw, bytes) else {"prefix_len": SCons.CacheDir.CACHE_PREFIX_LEN}
+        except ValueError:
+            raise SCons.Errors.UserError(f"kiln: cache folder {path}: its config is not JSON") from None
+        if not isinstance(self.config, dict):
+            raise SCons.Errors.UserError(f"kiln: cache folder {path}: its config is not a JSON object")
+
+
+def _retrieve(target, source, env) -> int:
+    """Write a target from its verified cache entry (0), or report a miss (1)."""
+    node = target[0]
+    cd = env.get_CacheDir()
+    cd.requests += 1
+    found = cd.entry(node)
+    if found is None:
+        return 1
+    cd.hits += 1
+    _PROGRESS.retrieved(node)
+    if SCons.Action.execute_actions:
+        path = node.get_internal_path()
+        write_atomic(path, found.data)
+        os.chmod(path, found.mode | stat.S_IWUSR)
+        if not cd.is_readonly():  # a hit keeps the entry young for age-based cleaning
+            with contextlib.suppress(OSError):
+                os.utime(cd.cachepath(node)[1], follow_symlinks=False)
+    return 0
+
+
+def _retrieve_string(target, source, env) -> str:
+    node = target[0]
+    return f"Retrieved `{node.get_internal_path()}' from cache" if env.get_CacheDir().entry(node) else ""
+
+
+_RETRIEVE = SCons.Action.Action(_retrieve, _retrieve_string)
+_RETRIEVE_SILENT = SCons.Action.Action(_retrieve, None)
+
+
+def _add_options() -> bool:
+    """Add the `--kiln-cache` options and the exit summary once per SCons run; False when an earlier Environment did."""
+    try:
+        SCons.Script.GetOption("kiln_cache")
+        return False
+    except AttributeError:
+        pass
+    SCons.Script.AddOption("--kiln-cache", dest="kiln_cache", metavar="DIR", default="",
+                           help="Kiln: share built artifacts through the cache folder DIR (default: $KILN_CACHE)")
+    SCons.Script.AddOption("--kiln-cache-readonly", dest="kiln_cache_readonly", action="store_true", default=False,
+                           help="Kiln: read the cache, never write to it, for untrusted builds (or KILN_CACHE_READONLY=1)")
+    atexit.register(_PROGRESS.summary)
+    return True
+
+
+def _use_cache(env) -> None:
+    """Turn on the verified cache when `--kiln-cache`/`KILN_CACHE` names a folder."""
+    folder = SCons.Script.GetOption("kiln_cache") or os.environ.get("KILN_CACHE", "")
+    readonly = SCons.Script.GetOption("kiln_cache_readonly") or os.environ.get("KILN_CACHE_READONLY", "") == "1"
+    if not folder:
+        if readonly:
+            _error("--kiln-cache-readonly needs a cache folder (--kiln-cache=DIR or KILN_CACHE)")
+        return
+    folder = os.path.join(SCons.Script.GetLaunchDir(), os.path.expanduser(folder))
+    if readonly and not os.path.isdir(folder):
+        print(f"kiln: no cache folder {folder}; building without the cache", file=sys.stderr)
+        return
+    if SCons.Script.GetOption("hash_format") is None:
+        # Entries are named by build signatures: SHA-256 ones (SCons applies the option after reading the SConscripts).
+        SCons.Script.SetOption("hash_format", "sha256")
+    env.CacheDir(folder, custom_class=ReadOnlyVerifiedCacheDir if readonly else VerifiedCacheDir)
+
+
+def generate(env) -> None:
+    _add_options()
+    _use_cache(env)
+    if paths.source_checkout():  # stages import this checkout's kiln
+        env.PrependENVPath("PYTHONPATH", str(SOURCE_ROOT))
+    env["KILN_PYTHON"] = SCons.Subst.Literal(kiln_python(env))  # one argument, quoted, whatever its path
+    if os.name == "posix":
+        env["ESCAPE"] = shlex.quote  # SCons's POSIX quoting leaves backquotes live inside its double quotes
+    env["KILN_RUNTIME"] = env.Dir(str(paths.runtime()))  # for CPPPATH: kiln_runtime.h, which generated headers include
+    for st in registry.STAGES:
+        env["BUILDERS"][f"KilnStage_{st.name}"] = SCons.Builder.Builder(action=StageAction(st.name))
+    env.AddMethod(kiln_model, "KilnModel")
+    env.AddMethod(kiln_models, "KilnModels")
+    env.AddMethod(kiln_errors, "KilnErrors")
+    env.AddMethod(kiln_program, "KilnProgram")
+    env.AddMethod(kiln_manifest, "KilnManifest")
+    env.AddMethod(kiln_runtime_objects, "KilnRuntimeObjects")
+
+
+def exists(env) -> bool:
+    return True

@@ -1,6 +1,0 @@
-"""model.toml `[kernels]` keys, read by the lower stage."""
-from toolchain.config import Key
-
-CONFIG = {
-    "profile": Key("profile", str, "portable", "Kernel profile: which set of kernel symbols the generated code calls."),
-}
