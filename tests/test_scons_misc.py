@@ -68,11 +68,13 @@ def test_explain_shows_the_config_text_and_the_module_that_changed(snapshot, tmp
     assert proc.returncode == 0, proc.stderr
     reasons = explanations(proc.stdout)
     rel = module.relative_to(repo).as_posix()
+    listing = "build/host/_kiln/plan.sources"  # the one node standing for the plan stage's source modules
+    assert reasons[listing] == [f"`{rel}' changed"]
     torch_plan = reasons[f"build/host/{TORCH_MODEL}/planned.kir"]
-    assert f"`{rel}' changed" in torch_plan
+    assert f"`{listing}' changed" in torch_plan
     assert any('"alignment":16' in r and r.endswith("is no longer a dependency") for r in torch_plan), torch_plan
     assert any('"alignment":64' in r and r.endswith("is a new dependency") for r in torch_plan), torch_plan
-    assert reasons[f"build/host/{ONNX_MODEL}/planned.kir"] == [f"`{rel}' changed"]
+    assert reasons[f"build/host/{ONNX_MODEL}/planned.kir"] == [f"`{listing}' changed"]
 
 
 def explanations(log: str) -> dict[str, list[str]]:

@@ -289,12 +289,12 @@ def _declare_model(env, model_dir, build_root: str) -> dict:
     stages: dict[str, list] = {}
     for st in registry.STAGES:
         targets = [build.File("./" + a) for a in st.outputs(name)]
-        sources = [build.File("./" + a) for a in st.consumes] + [env.fs.File(str(f)) for f in files[st.name]]
+        sources = [build.File("./" + a) for a in st.consumes] + [_model_file(env, st.name, f) for f in files[st.name]]
         # The canonical JSON of the tables: `--debug=explain` shows a config change as the old text
         # ("no longer a dependency") and the new one ("a new dependency").
         sources.append(env.Value(model_config.canonical(model_config.view(cfg, st.tables))))
         nodes = getattr(menv, f"KilnStage_{st.name}")(targets, sources)
-        menv.Depends(nodes, [env.fs.File(str(f)) for f in st.source_files(SOURCE_ROOT)])
+        menv.Depends(nodes, stage_sources(env, build_root, st))
         # Stages replace their outputs atomically, so SCons need not delete them first: a killed stage
         # leaves the previous complete artifact (still recorded as out of date), never a missing one.
         menv.Precious(nodes)
@@ -313,6 +313,56 @@ def _declare_model(env, model_dir, build_root: str) -> dict:
     add_to_report(env, build_root, [n for nodes in stages.values() for n in nodes] + obj)
     return {"name": name, "stages": stages, "object": obj, "prefix": prefix, "build": build, "alias": alias,
             "header": header}
+
+
+class CommentFreePython(SCons.Node.FS.File):
+    """A Python file of a model whose content signature is its tokens without comments (`registry.python_tokens`),
+    so a comment edit of a model.py changes no signature and runs no stage."""
+
+    __slots__ = ()
+
+    def get_csig(self) -> str:
+        ninfo = self.get_ninfo()
+        if not hasattr(ninfo, "csig"):
+            try:
+                data = Path(self.get_abspath()).read_bytes()
+            except OSError:
+                ninfo.csig = ""  # as SCons has it for a file it cannot read
+            else:
+                ninfo.csig = SCons.Util.hash_signature(registry.python_tokens(data))
+        return ninfo.csig
+
+
+def _model_file(env, stage: str, path: Path):
+    node = env.fs.File(str(path))
+    if stage == "import" and registry.comment_free(path) and type(node) is SCons.Node.FS.File:
+        node.__class__ = CommentFreePython
+    return node
+
+
+_SOURCE_FILES: dict[str, list] = {}  # stage -> its source-file nodes, found once per build
+_SOURCE_LISTS: dict[tuple[str, str], list] = {}  # (build root, stage) -> the node standing for them
+
+
+def stage_sources(env, build_root: str, st) -> list:
+    """One node per stage and build root standing for the stage's source modules: `<build root>/_kiln/<stage>.sources`,
+    the list of their paths and content signatures. Each stage target depends on it alone (not on every module), and
+    `--debug=explain` names the module that changed when it rebuilds."""
+    key = (build_root, st.name)
+    if key not in _SOURCE_LISTS:
+        if st.name not in _SOURCE_FILES:
+            _SOURCE_FILES[st.name] = [env.fs.File(str(f)) for f in st.source_files(SOURCE_ROOT)]
+        target = env.Dir(_literal(build_root)).Dir("./_kiln").File(f"./{st.name}.sources")
+        listing = env.Command(target, _SOURCE_FILES[st.name], SCons.Action.Action(_source_list_action, "stage sources $TARGET"))
+        env.NoCache(listing)
+        _SOURCE_LISTS[key] = listing
+    return _SOURCE_LISTS[key]
+
+
+def _source_list_action(target, source, env) -> int:
+    lines = [f"{Path(s.get_abspath()).relative_to(SOURCE_ROOT).as_posix()} {s.get_csig()}\n" for s in source]
+    write_atomic(str(target[0]), "".join(lines).encode())
+    return 0
 
 
 def _help(build_root: str, models: list[dict]) -> None:
