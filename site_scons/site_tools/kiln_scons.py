@@ -89,8 +89,9 @@ def load_registry(package: Path) -> ModuleType:
 
 PACKAGE = _kiln_package()
 _KILN = load_registry(PACKAGE).__name__
-buildcache, model_config, errors, manifest, model_table, paths, registry = (
-    importlib.import_module(f"{_KILN}.{m}") for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages"))
+buildcache, model_config, errors, manifest, model_table, paths, registry, worker = (
+    importlib.import_module(f"{_KILN}.{m}")
+    for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages", "worker"))
 write_atomic = importlib.import_module(f"{_KILN}.atomic").write_atomic
 KilnError = errors.KilnError
 SOURCE_ROOT = PACKAGE.parent  # the folder the registry's `kiln/...` module paths are relative to
@@ -127,10 +128,14 @@ class StageAction(SCons.Action.FunctionAction):
         super().__init__(self._run, {"strfunction": self._show})
 
     def _run(self, target, source, env) -> int:
-        cmd = [str(env["KILN_PYTHON"]), "-P", "-m", "kiln.runner", self.stage,
-               "--model-dir", env["KILN_MODEL_DIR"].path, "--build-dir", target[0].dir.path]
+        args = [self.stage, "--model-dir", env["KILN_MODEL_DIR"].path, "--build-dir", target[0].dir.path]
+        python = str(env["KILN_PYTHON"])
         start = time.perf_counter()
-        status = SCons.Action.scons_subproc_run(env, cmd).returncode
+        status = None
+        if use_workers(env):  # a warm worker, else (or when it fails) a fresh process: the same bytes either way
+            status = worker.run(python, str(SOURCE_ROOT), SCons.Util.sanitize_shell_env(env["ENV"]), args, os.getcwd())
+        if status is None:
+            status = SCons.Action.scons_subproc_run(env, [python, "-P", "-m", "kiln.runner", *args]).returncode
         _PROGRESS.ran(env["KILN_MODEL"], env["KILN_BUILD_ROOT"], time.perf_counter() - start)
         return status
 
@@ -139,6 +144,15 @@ class StageAction(SCons.Action.FunctionAction):
 
     def get_presig(self, target, source, env, executor=None) -> bytes:
         return f"kiln stage {self.stage}".encode()
+
+
+def use_workers(env) -> bool:
+    """Stages run in persistent workers (`kiln/worker.py`) unless `KILN_WORKERS=0` (construction or environment
+    variable) or `--kiln-no-workers`."""
+    chosen = env.get("KILN_WORKERS")
+    if chosen is not None and str(chosen) == "0":
+        return False
+    return worker.enabled() and not SCons.Script.GetOption("kiln_no_workers")
 
 
 class Progress:
@@ -375,7 +389,8 @@ def _help(build_root: str, models: list[dict]) -> None:
         f"           report ({build_root}/report.html: layers, memory and sizes of every model)\n"
         "  options: --kiln-cache=DIR (or KILN_CACHE) shares stage results between builds and clones;\n"
         "           --kiln-cache-readonly (or KILN_CACHE_READONLY=1) reads it and never writes (untrusted builds);\n"
-        "           KILN_PYTHON=PYTHON runs the stages with that Python (default: the one Kiln is installed in)\n",
+        "           KILN_PYTHON=PYTHON runs the stages with that Python (default: the one Kiln is installed in);\n"
+        "           --kiln-no-workers (or KILN_WORKERS=0) runs each stage in a fresh process instead of a warm worker\n",
         append=True, local_only=True)
 
 
@@ -660,6 +675,8 @@ def _add_options() -> bool:
                            help="Kiln: share built artifacts through the cache folder DIR (default: $KILN_CACHE)")
     SCons.Script.AddOption("--kiln-cache-readonly", dest="kiln_cache_readonly", action="store_true", default=False,
                            help="Kiln: read the cache, never write to it, for untrusted builds (or KILN_CACHE_READONLY=1)")
+    SCons.Script.AddOption("--kiln-no-workers", dest="kiln_no_workers", action="store_true", default=False,
+                           help="Kiln: run every stage in a fresh process, not in a warm worker (or KILN_WORKERS=0)")
     atexit.register(_PROGRESS.summary)
     return True
 
