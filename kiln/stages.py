@@ -11,7 +11,7 @@ and what a firmware's model table needs (`kiln/model_table.py`) are here too.
 
 This module, and every module it or the SCons tool imports from Kiln
 (`config`, `errors`, `names`, `paths`, `manifest`, `buildcache`, `atomic`,
-`model_table` and the stages' `config.py`), uses the standard library and
+`model_table`, the worker client `worker` and the stages' `config.py`), uses the standard library and
 relative imports only: the SCons tool loads them under a private package name,
 so the SCons process runs no compiler code, needs no third-party package, and
 no module of a firmware repository's own `site_scons/` can stand in for them.

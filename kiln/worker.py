@@ -46,7 +46,10 @@ START_SECONDS = 60.0  # how long a caller waits for a new worker to listen
 # (so the next one finds it loaded; torch only when installed: the ONNX path needs none).
 BASE_MODULES = ("numpy", "kiln.runner")
 STAGE_MODULES = {
-    "import": ("onnx", "torch", "torch.export", "kiln.frontends", "kiln.frontends.onnx", "kiln.frontends.torch_module"),
+    # torch.export loads dynamo, functorch, sympy and networkx on its first call (seconds): loaded here, not run.
+    "import": ("onnx", "torch", "torch.export", "torch._dynamo", "torch._export", "torch._functorch.aot_autograd",
+               "torch._inductor", "torch.fx.experimental.symbolic_shapes", "sympy", "networkx",
+               "kiln.frontends", "kiln.frontends.onnx", "kiln.frontends.torch_module"),
     "normalize": ("kiln.normalize",),
     "quantize": ("kiln.quantize", "kiln.quantize.calibration"),
     "lower": ("kiln.lower",),

@@ -176,5 +176,5 @@ def test_the_scons_tool_in_a_bare_interpreter_loads_only_stdlib_scons_and_the_re
     assert outside == []
     loaded = sorted(Path(modules[n]).relative_to(ROOT / "kiln").as_posix() for n in registry)
     assert loaded == sorted(["__init__.py", "atomic.py", "buildcache.py", "config.py", "errors.py", "manifest.py",
-                             "model_table.py", "names.py", "paths.py", "stages.py",
+                             "model_table.py", "names.py", "paths.py", "stages.py", "worker.py",
                              *(f"{package}/config.py" for package in ("frontends", "normalize", "quantize", "lower", "plan", "codegen"))])
