@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 IDLE_SECONDS = 600.0
-START_SECONDS = 60.0  # how long a caller waits for a new worker to listen
+START_SECONDS = 60.0  # how long a caller waits for a new worker to bind its socket
 # What a worker loads before it serves, and what it loads for a stage once it has forked that stage's first request
 # (so the next one finds it loaded; torch only when installed: the ONNX path needs none).
 BASE_MODULES = ("numpy", "kiln.runner")
@@ -140,9 +140,12 @@ def _start(python: str, environ: dict[str, str], path: Path) -> socket.socket | 
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a dead worker's socket
         # The worker binds the socket, then detaches (this process's child exits), then loads the compiler.
-        proc = subprocess.run([python, "-P", "-m", "kiln.worker", "serve", str(path), str(idle_seconds())],
-                              env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True, timeout=START_SECONDS, check=False)
+        try:
+            proc = subprocess.run([python, "-P", "-m", "kiln.worker", "serve", str(path), str(idle_seconds())],
+                                  env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True, timeout=START_SECONDS, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
         return _connect(path) if proc.returncode == 0 else None
 
 

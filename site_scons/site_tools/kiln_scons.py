@@ -367,9 +367,8 @@ def stage_sources(env, build_root: str, st) -> list:
         if st.name not in _SOURCE_FILES:
             _SOURCE_FILES[st.name] = [env.fs.File(str(f)) for f in st.source_files(SOURCE_ROOT)]
         target = env.Dir(_literal(build_root)).Dir("./_kiln").File(f"./{st.name}.sources")
-        listing = env.Command(target, _SOURCE_FILES[st.name], SCons.Action.Action(_source_list_action, "stage sources $TARGET"))
-        env.NoCache(listing)
-        _SOURCE_LISTS[key] = listing
+        _SOURCE_LISTS[key] = env.Command(target, _SOURCE_FILES[st.name],
+                                         SCons.Action.Action(_source_list_action, "stage sources $TARGET"))
     return _SOURCE_LISTS[key]
 
 
