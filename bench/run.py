@@ -39,7 +39,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -112,11 +111,6 @@ def accuracy(model: str, build: Path, source: str, prefix: str) -> dict[str, Any
         "float": round(float(np.mean([int(np.argmax(f)) for f in floats] == labels)), 4),
         "int8_c": round(float(np.mean([int(np.argmax(o[0])) for o in ints] == labels)), 4),
     }
-
-
-def load_model_py(path: Path) -> ModuleType:
-    """A model.py by path, its folder importable while it loads (as the import stage loads it)."""
-    return load_model_py(path)
 
 
 def sqnr(build: Path) -> tuple[float | None, float]:

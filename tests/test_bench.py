@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from test_end_to_end import load_model_py
+from test_end_to_end import zoo_module
 from kiln.cli import main as kiln
 from kiln.ir import load
 from kiln.stages import STAGES
@@ -55,7 +55,7 @@ def test_numbers_agree_with_the_planned_graph_and_the_sources(result):
     assert row["macs"] == graph_macs(planned)
     header = (build / f"{MODEL}.h").read_text()
     assert row["weight_bytes"] == int(re.search(r"_WEIGHT_BYTES (\d+)u", header).group(1))
-    net = load_model_py(MODEL).model()
+    net = zoo_module(MODEL).model()
     assert row["params"] == sum(p.numel() for p in net.parameters())  # tiny_cnn has no batch norm to fold
 
 

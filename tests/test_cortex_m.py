@@ -8,7 +8,6 @@ with its host program and the integer reference executor.
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import copy_repo
 from kiln import host
 from kiln.check import reference_outputs, seeded_inputs
 from kiln.cli import resolve_source
@@ -368,9 +368,7 @@ def test_model_matches_host_program_and_reference(name, tmp_path):
 def test_scons_cortex_m4_target(tmp_path):
     """`scons target=cortex-m4` in a project with one model: per-model and combined images that run."""
     model = "tiny_cnn" if "tiny_cnn" in MODELS else MODELS[0]
-    shutil.copy(ROOT / "SConstruct", tmp_path)
-    shutil.copytree(ROOT / "site_scons", tmp_path / "site_scons", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "models" / model, tmp_path / "models" / model, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_repo(tmp_path, (model,))
     scons = [sys.executable, "-m", "SCons", "-Q", "-j2"]
     bad = subprocess.run(scons + ["target=bogus"], cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown target 'bogus'" in bad.stdout

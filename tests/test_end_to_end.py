@@ -48,7 +48,8 @@ def test_generated_c_is_bit_exact_with_reference_under_sanitizers(compiled, cali
             assert a.dtype == b.dtype and np.array_equal(a, b), f"sample {i}: C {a.ravel()[:8]} != reference {b.ravel()[:8]}"
 
 
-def load_model_py(model: str):
+def zoo_module(model: str):
+    """A zoo model's model.py, loaded as the import stage loads it."""
     return load_model_py(ROOT / "models" / model / "model.py")
 
 
@@ -63,7 +64,7 @@ def test_int8_output_is_close_to_pytorch_float(compiled, calibration, model):
     floats = seeded_inputs(quantized, calibration(model), count=10)
     exe = host.build_executable([out / f"{model}.c"], [host.model_prefix(out / f"{model}.h")], out / "host_model")
     got = dequantize_outputs(planned, host.run_executable(exe, planned, quantize_inputs(quantized, floats)))
-    module = load_model_py(model)
+    module = zoo_module(model)
     net = module.model().eval()
     for sample, result in zip(floats, got):
         with torch.no_grad():

@@ -52,11 +52,6 @@ def _eager(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarr
     return [t.numpy() for t in (out if isinstance(out, (tuple, list)) else (out,))]
 
 
-def _load_model_py(path: Path):
-    """The model.py module itself, to run it eagerly next to its import."""
-    return load_model_py(path)
-
-
 def _write_model(folder: Path, body: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "model.py"
@@ -84,7 +79,7 @@ def test_example_model(model: str) -> None:
     path = MODELS / model / "model.py"
     imported = import_model(path, model, {})
     verify(imported.graph, levels=("source",))
-    mod = _load_model_py(path)
+    mod = load_model_py(path)
     inputs = _inputs(tuple(tuple(t.shape) for t in mod.example_inputs()))
     (got,), (want,) = _run(imported.graph, inputs), _eager(mod.model(), inputs)
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
@@ -143,7 +138,7 @@ def example_inputs():
 def routes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     folder = tmp_path_factory.mktemp("mixed")
     path = _write_model(folder, MIXED)
-    mod = _load_model_py(path)
+    mod = load_model_py(path)
     module, examples = mod.model(), mod.example_inputs()
     with torch.no_grad():
         torch.export.save(torch.export.export(module, examples), folder / "mixed.pt2")
