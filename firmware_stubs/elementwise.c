@@ -58,6 +58,8 @@ KILN_UNARY_F32(kiln_hardsigmoid_f32, kiln_hardsigmoid_f32_params_t,
 KILN_UNARY_F32(kiln_leaky_relu_f32, kiln_leaky_relu_f32_params_t, v >= 0.0f ? v : v * kiln_f32_from_bits(p->alpha_bits))
 KILN_UNARY_F32(kiln_clamp_f32, kiln_clamp_f32_params_t,
                kiln_clamp_f32_value(v, kiln_f32_from_bits(p->min_bits), kiln_f32_from_bits(p->max_bits)))
+KILN_UNARY_F32(kiln_lrn_scale_f32, kiln_lrn_scale_f32_params_t,
+               powf(kiln_f32_from_bits(p->bias_bits) + kiln_f32_from_bits(p->alpha_bits) * v, -kiln_f32_from_bits(p->beta_bits)))
 KILN_UNARY_F32(kiln_gelu_f32, kiln_gelu_f32_params_t,
                p->approximate ? 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)))
                               : 0.5f * v * (1.0f + erff(v * 0.70710678118f)))

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write via a temp file in the same folder and rename, so readers never see half a file.
+def write_atomic(path: str | os.PathLike, data: bytes | Iterable[bytes]) -> None:
+    """Write `data` (bytes, or chunks written as they come) via a temp file in the same folder and rename, so
+    readers never see half a file, also when making the chunks fails.
 
     The file is created with mode 0666 less the umask, as a compiler's
     outputs are (`mkstemp` would make every artifact private to its owner).
@@ -18,7 +20,8 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
+                f.write(chunk)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

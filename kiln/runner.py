@@ -14,7 +14,7 @@ import importlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -44,8 +44,8 @@ def _graph(job: StageRun, artifact: str):
     return serialize.load(job.inputs[artifact], level=_level(artifact))
 
 
-def _kir(graph, artifact: str) -> bytes:
-    return serialize.dumps(graph, level=_level(artifact))
+def _kir(graph, artifact: str) -> list[bytes | memoryview]:
+    return serialize.dump_chunks(graph, level=_level(artifact))  # written piece by piece, not joined first
 
 
 def _level(artifact: str) -> str:
@@ -92,10 +92,10 @@ def run_plan(job: StageRun) -> dict[str, bytes]:
     return {"planned.kir": _kir(plan(_graph(job, "lowered.kir"), job.config["plan"]), "planned.kir")}
 
 
-def run_codegen(job: StageRun) -> dict[str, bytes]:
-    from kiln.codegen import generate
+def run_codegen(job: StageRun) -> dict[str, bytes | Iterable[bytes]]:
+    from kiln.codegen import stream
 
-    return generate(_graph(job, "planned.kir"), job.model, job.config["codegen"])
+    return stream(_graph(job, "planned.kir"), job.model, job.config["codegen"])  # the source is written as it is made
 
 
 def run_stage(name: str, model: str, model_dir: Path, config: dict[str, dict[str, Any]], build_dir: Path) -> list[Path]:

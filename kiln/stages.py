@@ -11,13 +11,16 @@ and what a firmware's model table needs (`kiln/model_table.py`) are here too.
 
 This module, and every module it or the SCons tool imports from Kiln
 (`config`, `errors`, `names`, `paths`, `manifest`, `buildcache`, `remotecache`, `atomic`,
-`model_table` and the stages' `config.py`), uses the standard library and
+`model_table`, `target/targets`, the worker client `worker` and the stages' `config.py`), uses the standard library and
 relative imports only: the SCons tool loads them under a private package name,
 so the SCons process runs no compiler code, needs no third-party package, and
 no module of a firmware repository's own `site_scons/` can stand in for them.
 """
 from __future__ import annotations
 
+import io
+import json
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +126,27 @@ def model_files(name: str, folder: Path, config: dict, toml: Path) -> list[Path]
         raise KilnError(f"{toml}: model.source: {config['model']['source']} is not a file the build tracks in {folder.name}/ "
                         "(missing, or inside a symlinked folder)")
     return sorted(set(files) | set(depends_files(folder, config["model"], str(toml))))
+
+
+def comment_free(path: Path) -> bool:
+    """Whether the import stage's signature takes file `path` by its tokens without comments (`python_tokens`)."""
+    return path.suffix == ".py"
+
+
+def python_tokens(data: bytes) -> bytes:
+    """What a Python source of a model means to the import stage: its tokens, without comments, blank lines or spacing.
+
+    A comment edit of a model.py leaves this unchanged, so the build runs no
+    stage for it; docstrings and all code are tokens and count. The encoding
+    declaration counts (it is the first token). A file that does not tokenize
+    is taken by its bytes (import then reports it).
+    """
+    try:
+        tokens = [(t.type, t.string) for t in tokenize.tokenize(io.BytesIO(data).readline)
+                  if t.type not in (tokenize.COMMENT, tokenize.NL)]
+    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError, LookupError):
+        return b"bytes\0" + data
+    return b"tokens\0" + json.dumps(tokens, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 def depends_files(folder: Path, model_table: dict, where: str) -> list[Path]:

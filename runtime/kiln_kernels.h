@@ -330,6 +330,12 @@ typedef struct {
 } kiln_clamp_f32_params_t;
 void kiln_clamp_f32(const kiln_clamp_f32_params_t *p, const float *x, float *y);
 
+/* LRN's factor (bias + alpha * x)^-beta, alpha already divided by the window size */
+typedef struct {
+    int32_t size, bias_bits, alpha_bits, beta_bits;
+} kiln_lrn_scale_f32_params_t;
+void kiln_lrn_scale_f32(const kiln_lrn_scale_f32_params_t *p, const float *x, float *y);
+
 /* ---- quantization boundaries ------------------------------------------------ */
 
 /* y = clamp(round_half_away(x / scale) + zero_point, -128, 127) */

@@ -1,6 +1,7 @@
 """Shared fixtures: temporary copies of the repository, SCons runs, compiled models."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -10,6 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# SCons runs in tests use fresh stage processes: each test's copy of the project would start its own warm
+# worker (a worker serves one Kiln folder). tests/test_workers.py turns them on, in folders of its own.
+os.environ["KILN_WORKERS"] = "0"
 STAGE_LINE = re.compile(r"^(?:\[\d+/\d+\] )?kiln (\w+) (\S+)$")  # `[k/n] kiln STAGE MODEL`
 
 

@@ -54,6 +54,8 @@ class ModelBuilds:
         cfg = model_config.load(ROOT / "models" / model / "model.toml")
         cfg["quant"]["mode"] = mode
         for table, values in tables.items():
+            unknown = set(values) - set(cfg[table])
+            assert not unknown, f"[{table}] has no key {sorted(unknown)}"  # an override must not be silently ignored
             cfg[table].update(values)
         return cfg
 

@@ -6,7 +6,8 @@ Shared by `tests/test_scons_matrix.py` (which asserts every row) and
 tables are generated from the stage registry, so a stage, table or module
 added later gets its rows without editing this file.
 
-An action is one string: `kiln <stage> <model>`, `cc <object>`,
+An action is one string: `kiln <stage> <model>`, `sources <list>` (a stage's list of its
+source modules and their signatures, rewritten when one changes), `cc <object>`,
 `link <program>`, `manifest <program>.manifest`, `table <model table .c>` or
 `cache <target>` (retrieved from the build cache). Expected sets are derived from the registry and from
 the layout of the host build (`SConstruct`), never from a build.
@@ -44,6 +45,7 @@ CALIBRATION_FILE = "samples.npy"
 _ACTION_PATTERNS = (
     (re.compile(r"^(?:\[\d+/\d+\] )?kiln (\w+) (\S+)$"), lambda m: f"kiln {m[1]} {m[2]}"),
     (re.compile(r"^model table (\S+)$"), lambda m: f"table {m[1]}"),
+    (re.compile(r"^stage sources (\S+)$"), lambda m: f"sources {m[1]}"),
     (re.compile(r"^manifest (\S+)$"), lambda m: f"manifest {m[1]}"),
     (re.compile(r"^Retrieved `(.+)' from cache$"), lambda m: f"cache {m[1]}"),
     (re.compile(r"^\S*(?:gcc|cc|clang)\s+-o\s(\S+)\s+-c\s"), lambda m: f"cc {m[1]}"),
@@ -238,6 +240,11 @@ def stages(names: tuple[str, ...] | list[str], models: tuple[str, ...] | list[st
     return {f"kiln {s} {m}" for s in names for m in models}
 
 
+def source_lists(names: tuple[str, ...] | list[str]) -> set[str]:
+    """The lists of source modules of stages `names` (one per stage and build root), rewritten when a module changes."""
+    return {f"sources {HOST}/_kiln/{s}.sources" for s in names}
+
+
 def from_stage(first: str, models: tuple[str, ...] | list[str]) -> set[str]:
     return stages(STAGE_NAMES[STAGE_NAMES.index(first):], models)
 
@@ -315,7 +322,7 @@ def source_module_rows(root: Path = ROOT) -> list[Row]:
         readers = tuple(s.name for s in STAGES if path in files[s.name])
         rows.append(Row(f"module:{rel}", f"{edit} (`{rel}`)",
                         lambda repo, rel=rel: append(repo / rel, comment_line(repo / rel)),
-                        lambda b, readers=readers: stages(readers, b.models)))
+                        lambda b, readers=readers: stages(readers, b.models) | source_lists(readers)))
     return rows
 
 
@@ -366,6 +373,18 @@ def _rename_source(model_dir: Path, name: str) -> None:
 
 
 
+def _comment_edits(repo: Path) -> None:
+    """A comment line before everything (every line number moves), one after code and one inside a function body."""
+    path = repo / "models/tiny_cnn/model.py"
+    text = path.read_text()
+    for old, new in (("import torch\n", "import torch  # a comment after code\n"),
+                     ("        x = torch.flatten", "        # a comment line in a function\n        x = torch.flatten")):
+        if text.count(old) != 1:
+            raise AssertionError(f"{path}: expected exactly one {old!r} to edit")
+        text = text.replace(old, new)
+    path.write_text("# a new first line\n\n" + text)
+
+
 def _probe_function(path: Path) -> None:
     name = f"kiln_matrix_probe_{path.stem}"
     append(path, f"\nint {name}(void);\nint {name}(void) {{ return 1; }}\n")
@@ -401,8 +420,11 @@ def fixed_rows() -> list[Row]:
     """Edits to model sources, C sources, flags, the version and the model set."""
     return [
         Row("none", "no edit (a copy of the built tree)", lambda repo: None, lambda b: set()),
-        Row("model.py:comment", "a comment in `model.py` (tiny_cnn)",
-            lambda repo: append(repo / "models/tiny_cnn/model.py", "# a comment\n"), lambda b: stages(["import"], ["tiny_cnn"])),
+        Row("model.py:comment", "comments in `model.py`: a new first line, a comment after code, a comment line in a function (tiny_cnn)",
+            _comment_edits, lambda b: set()),
+        Row("model.py:docstring", "a docstring in `model.py`: reruns import, whose graph is the same (tiny_cnn)",
+            lambda repo: append(repo / "models/tiny_cnn/model.py", '\n\ndef helper():\n    """A docstring is code."""\n'),
+            lambda b: stages(["import"], ["tiny_cnn"])),
         Row("weights", "a weight value: the linear layer's weights scaled in `model.onnx` (onnx_cnn)",
             lambda repo: scale_initializer(repo / "models" / ONNX_MODEL / "model.onnx", "w3", 1.5),
             lambda b: from_stage("import", [ONNX_MODEL]) | model_output(b, ONNX_MODEL)),
@@ -424,7 +446,8 @@ def fixed_rows() -> list[Row]:
             | manifests(["tiny_cnn"])),
         Row("template", "a jinja2 template: one more exported constant in `model.c.j2`",
             lambda repo: append(repo / "kiln/codegen/templates/model.c.j2", "\nconst int {{ prefix }}_matrix_probe = 1;\n"),
-            lambda b: stages(["codegen"], b.models) | compiled(b, {f"{HOST}/{m}/{m}.o" for m in b.models}, changed=True)
+            lambda b: stages(["codegen"], b.models) | source_lists(["codegen"])
+            | compiled(b, {f"{HOST}/{m}/{m}.o" for m in b.models}, changed=True)
             | manifests(b.models)),
         Row("stub.c:comment", "a comment in a kernel stub `.c`", lambda repo: append(_first_stub(repo), "/* a comment */\n"),
             lambda b: compiled(b, {_stub_object(b)}, changed=False)),
@@ -444,7 +467,7 @@ def fixed_rows() -> list[Row]:
             lambda repo: replace_once(repo / "kiln/cli.py", "run every stage on a model source, without SCons",
                                       "run every stage on a model source (no SCons needed)"), lambda b: set()),
         Row("version", "the compiler version (`kiln/__init__.py`)", _bump_version,
-            lambda b: from_stage(STAGE_NAMES[0], b.models)),
+            lambda b: from_stage(STAGE_NAMES[0], b.models) | source_lists(STAGE_NAMES)),
         Row("model:rename", "renaming a model folder (onnx_cnn to renamed_cnn)",
             lambda repo: (repo / "models" / ONNX_MODEL).rename(repo / "models/renamed_cnn"), lambda b: new_model(b, "renamed_cnn")),
         Row("model:add", "adding a model (a copy of onnx_cnn as extra_cnn)",

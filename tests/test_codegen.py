@@ -94,7 +94,7 @@ def test_models_link_into_one_program(builds, objects, tmp_path):
     """Three models (one LZ4, one with its own symbol prefix) in one sanitized program, each run by name."""
     parts = [("tiny_cnn", builds.variant("tiny_cnn", "plain"), "tiny_cnn"),
              ("kws_dscnn", builds.variant("kws_dscnn", "prefixed", codegen={"prefix": "kws"}), "kws"),
-             ("digits_cnn", builds.variant("digits_cnn", "lz4", codegen={"lz4": True}), "digits_cnn")]
+             ("digits_cnn", builds.variant("digits_cnn", "lz4", plan={"lz4": True}), "digits_cnn")]
     exe = host.build_executable([out / f"{m}.c" for m, out, _ in parts], [p for _, _, p in parts], tmp_path / "three",
                                 sanitize=True, object_cache=objects)
     listing = subprocess.run([str(exe), "--list"], capture_output=True, text=True, check=True).stdout
@@ -306,3 +306,26 @@ def test_model_with_an_empty_arena_compiles_and_runs(tmp_path, objects):
     quantized, samples = int8_samples(out, count=3)
     got = host.run_executable(program(out, "single", objects), planned, samples)
     assert all(np.array_equal(g[0], w[0]) for g, w in zip(got, reference_outputs(quantized, samples)))
+
+
+def test_constant_arrays_are_written_in_chunks_as_one_rendering_would(monkeypatch):
+    """16 integers or 8 exact hexadecimal floats a line, whatever the chunking; 8-bit values go by table."""
+    import kiln.codegen as codegen
+
+    def rendered(a: np.ndarray) -> str:
+        flat = a.ravel()
+        items = [f"{float(v).hex()}f" for v in flat] if flat.dtype == np.float32 else [str(int(v)) for v in flat]
+        per_line = 8 if flat.dtype == np.float32 else 16
+        return ",\n    ".join(", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)) or "0"
+
+    monkeypatch.setattr(codegen, "CHUNK_ELEMENTS", 32)
+    rng = np.random.default_rng(0)
+    for dtype in (np.int8, np.uint8, np.int16, np.int32, np.float32):
+        for size in (0, 1, 15, 16, 17, 31, 32, 33, 100):
+            if dtype == np.float32:
+                a = (rng.standard_normal(size) * 10.0 ** rng.integers(-30, 30, size)).astype(np.float32)
+            else:
+                info = np.iinfo(dtype)
+                a = rng.integers(info.min, int(info.max) + 1, size, dtype=np.int64).astype(dtype)
+                a[: min(size, 2)] = [info.min, info.max][: min(size, 2)]
+            assert b"".join(codegen._array_chunks(a.reshape(1, -1))).decode() == rendered(a), (dtype, size)

@@ -307,6 +307,7 @@ ELEMENTWISE = {
     "gelu": ({"approximate": "none"}, lambda v: v * 0.5 * math.erfc(-v / math.sqrt(2))),
     "leaky_relu": ({"alpha": 0.1}, lambda v: max(v, 0.1 * v)),
     "clamp": ({"act_min": -0.5, "act_max": 1.25}, lambda v: min(max(v, -0.5), 1.25)),
+    "lrn_scale": ({"bias": 2.0, "alpha_over_size": 0.25, "beta": 0.75}, lambda v: (2.0 + 0.25 * v) ** -0.75),
 }
 
 

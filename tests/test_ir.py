@@ -114,3 +114,47 @@ def test_verifier_names_the_broken_invariant(breakage, message):
 def test_verifier_checks_levels():
     with pytest.raises(VerifyError, match="not allowed"):
         verify(small_graph(), levels=("source",))
+
+
+@pytest.mark.parametrize("length", [0, 1, 3, 7, 8, 9, 13, 1000, 65541])
+def test_the_frame_around_a_payload_is_the_table_flatbuffers_builds(length):
+    """`dump_chunks` frames the graph's bytes without copying them; the bytes equal the table built around them."""
+    import flatbuffers
+
+    from kiln.ir.serialize import _checksum, _frame
+
+    payload = np.random.default_rng(length).integers(0, 256, length, dtype=np.uint8).tobytes()
+    for level in range(6):
+        b = flatbuffers.Builder(length + 128)
+        checksum = b.CreateByteVector(_checksum(SCHEMA_VERSION, level, payload))
+        nested = b.CreateByteVector(payload)
+        FbKir.Start(b)
+        FbKir.AddSchemaVersion(b, SCHEMA_VERSION)
+        FbKir.AddLevel(b, level)
+        FbKir.AddChecksum(b, checksum)
+        FbKir.AddPayload(b, nested)
+        b.FinishSizePrefixed(FbKir.End(b), FILE_IDENTIFIER)
+        head, tail = _frame(length, _checksum(SCHEMA_VERSION, level, payload), level)
+        assert head + payload + tail == bytes(b.Output())
+
+
+def test_loaded_constants_are_views_of_the_file_not_copies():
+    buf = dumps(small_graph())
+    g = loads(buf)
+    assert np.shares_memory(g.tensors["w"].data, np.frombuffer(buf, np.uint8)) and not g.tensors["w"].data.flags.writeable
+
+
+def test_a_failing_stream_of_chunks_leaves_the_old_file(tmp_path):
+    from kiln.atomic import write_atomic
+
+    def chunks():
+        yield b"half of "
+        raise KilnError("broken")
+
+    target = tmp_path / "model.c"
+    target.write_bytes(b"old")
+    with pytest.raises(KilnError):
+        write_atomic(target, chunks())
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["model.c"]
+    write_atomic(target, [b"new ", memoryview(b"bytes")])
+    assert target.read_bytes() == b"new bytes"

@@ -58,7 +58,7 @@ def _feed(rng, t: Tensor) -> np.ndarray:
 
 
 CALIBRATED = {"conv2d", "depthwise_conv2d", "fully_connected", "batch_matmul", "add", "sub", "mul",
-              "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp", "global_avg_pool"}
+              "sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp", "lrn_scale", "global_avg_pool"}
 
 
 def _graph(rng, op, inputs, outputs, attrs) -> tuple[Graph, dict[str, np.ndarray]]:
@@ -240,6 +240,7 @@ def softmax_case(rng, dtype):
 def elementwise_case(rng, dtype, op):
     shape = tuple(int(v) for v in rng.integers(2, 8, size=int(rng.integers(1, 3, endpoint=True)), endpoint=True))
     attrs = {"leaky_relu": {"alpha": 0.07}, "hardsigmoid": {"alpha": 0.2, "beta": 0.5}, "clamp": {"act_min": -0.5, "act_max": 0.75},
+             "lrn_scale": {"bias": 2.0, "alpha_over_size": 0.1, "beta": 0.75},
              "gelu": {"approximate": str(rng.choice(["none", "tanh"]))}}.get(op, {})
     x = act("x", shape, q(_scale(rng, 0.01, 0.06), _zp(rng)) if dtype == "int8" else None, dtype)
     return _graph(rng, op, [x], [_qact(rng, "y", shape, dtype)], attrs)
@@ -347,7 +348,7 @@ GENERATORS = {
     "global_avg_pool": global_pool_case,
     "softmax": softmax_case,
     **{op: (lambda op: lambda rng, dt: elementwise_case(rng, dt, op))(op)
-       for op in ("sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp")},
+       for op in ("sigmoid", "tanh", "hardswish", "hardsigmoid", "silu", "gelu", "leaky_relu", "clamp", "lrn_scale")},
     "concat": concat_case,
     "split": split_case,
     "slice": slice_case,

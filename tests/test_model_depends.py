@@ -79,7 +79,11 @@ def test_editing_a_shared_file_reruns_import_of_its_dependents_only(shared_repo)
     actions, log = scons(shared_repo, "-j2", *chains)
     assert set(actions) == {(s.name, m) for s in STAGES for m in models}, log
 
-    (shared_repo / SHARED).write_text("# a comment: the graphs stay byte-identical\nGAIN = 1.5\n")
+    (shared_repo / SHARED).write_text("# a comment: not part of the signature\nGAIN = 1.5\n")
+    actions, log = scons(shared_repo, *chains)
+    assert actions == [], log
+
+    (shared_repo / SHARED).write_text("GAIN = 1.5\nUNUSED = 0  # code: import reruns, the graphs stay byte-identical\n")
     actions, log = scons(shared_repo, *chains)
     assert sorted(actions) == [("import", "a"), ("import", "b")], log
 
@@ -112,15 +116,19 @@ def test_a_bad_declaration_stops_the_build_with_one_line(shared_repo, entry, mes
 
 
 def test_the_zoo_kit_is_tracked_for_the_zoo_models(make_repo):
-    """The real kit: a comment in models/_kit/zoo.py re-runs import of a zoo model, and nothing after it."""
+    """The real kit: code added to models/_kit/zoo.py re-runs import of a zoo model, and nothing after it; a
+    comment runs nothing."""
     repo = make_repo(("_kit", "ad_autoencoder", "tiny_cnn"))
     targets = ("ad_autoencoder-normalize", "tiny_cnn-normalize")
     actions, log = scons(repo, *targets)
     assert sorted(actions) == [("import", "ad_autoencoder"), ("import", "tiny_cnn"),
                                ("normalize", "ad_autoencoder"), ("normalize", "tiny_cnn")], log
     kit = repo / "models/_kit/zoo.py"
+    kit.write_text(kit.read_text() + "\n# a comment in the shared kit\n")
+    actions, log = scons(repo, *targets)
+    assert actions == [], log
     kit.write_text(kit.read_text() + textwrap.dedent("""
-        # an edit to the shared kit that changes no weight
+        _UNUSED = "an edit to the shared kit that changes no weight"
     """))
     actions, log = scons(repo, *targets)
     assert actions == [("import", "ad_autoencoder")], log

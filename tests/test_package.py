@@ -102,7 +102,8 @@ def firmware_repo(folder: Path, hostile: bool) -> Path:
 def test_installed_kiln_builds_a_firmware_repo_with_plain_scons(venv, tmp_path, hostile):
     repo = firmware_repo(tmp_path / "firmware", hostile)
     log_file = tmp_path / "imports.log"
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "FIRMWARE_LOG": str(log_file)}
+    # Fresh stage processes, as in the rest of the suite: a warm worker would outlive the test.
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "FIRMWARE_LOG": str(log_file), "KILN_WORKERS": "0"}
     proc = run([venv / "bin/scons", "-Q", "-j2"], cwd=repo, env=env)
     log = proc.stdout + proc.stderr
     actions, _ = parse_actions(log)
@@ -135,7 +136,7 @@ def test_a_missing_extra_is_one_line_naming_the_python_to_install_into(venv, tmp
     """The wheel without `kiln[torch]`: a model.py source fails in one line that says what to install, and where."""
     repo = firmware_repo(tmp_path / "firmware", hostile=False)
     shutil.copytree(ROOT / "examples/external_repo/models/gesture", repo / "models/gesture_torch")
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "KILN_WORKERS": "0"}
     proc = run([venv / "bin/scons", "-Q", "gesture_torch-import"], cwd=repo, env=env, check=False)
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("kiln: error:")]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
@@ -177,5 +178,5 @@ def test_the_scons_tool_in_a_bare_interpreter_loads_only_stdlib_scons_and_the_re
     loaded = sorted(Path(modules[n]).relative_to(ROOT / "kiln").as_posix() for n in registry)
     assert loaded == sorted(["__init__.py", "atomic.py", "buildcache.py", "config.py", "errors.py", "manifest.py",
                              "model_table.py", "names.py", "paths.py", "remotecache.py", "stages.py", "target/__init__.py",
-                             "target/targets.py",
+                             "target/targets.py", "worker.py",
                              *(f"{package}/config.py" for package in ("frontends", "normalize", "quantize", "lower", "plan", "codegen"))])

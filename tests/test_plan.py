@@ -396,3 +396,34 @@ def test_budget_error_on_a_model_gives_the_smallest_arena_and_what_limits_it(bui
     live = re.findall(r"(\S+) \((\d+) B\)", found[6])
     assert sum(int(b) for _, b in live) <= smallest
     assert all(n in lowered.tensors or "#" in n for n, _ in live)
+
+
+# -- the sweeps against their pairwise definitions ---------------------------------------------
+def _random_buffers(seed: int) -> tuple[list[Buffer], int]:
+    rng = np.random.default_rng(seed)
+    steps = int(rng.integers(1, 40))
+    bufs = []
+    for i in range(int(rng.integers(0, 60))):
+        start = int(rng.integers(-1, steps + 1))
+        end = max(start, int(rng.integers(-1, steps + 1)))
+        bufs.append(Buffer([f"t{i}"], int(rng.integers(1, 9)) * 16, start, end))
+    return bufs, steps
+
+
+def test_conflicts_live_bytes_and_breadth_order_equal_their_definitions():
+    from kiln.plan import _live_bytes, lower_bound
+    from kiln.plan.offsets import _by_breadth, _conflicts
+
+    for seed in range(200):
+        bufs, steps = _random_buffers(seed)
+        assert _conflicts(bufs) == [[j for j, o in enumerate(bufs) if j != i and b.overlaps(o)] for i, b in enumerate(bufs)]
+        live = [sum(b.size for b in bufs if b.start <= s <= b.end) for s in range(steps)]
+        assert _live_bytes(bufs, steps) == live and lower_bound(bufs, steps) == max(live, default=0)
+        points = sorted({s for b in bufs for s in (b.start, b.end)})
+        order, seen = [], set()
+        for s in sorted(points, key=lambda s: (-sum(b.size for b in bufs if b.start <= s <= b.end), s)):
+            for i in sorted((i for i, b in enumerate(bufs) if b.start <= s <= b.end), key=lambda i: (-bufs[i].size, i)):
+                if i not in seen:
+                    seen.add(i)
+                    order.append(i)
+        assert _by_breadth(bufs) == order

@@ -542,3 +542,22 @@ def test_onnxruntime_qdq_model_end_to_end(onnxruntime_qdq):
     assert max(layer.steps.max() for layer in layers) <= STEPS
     on_grid = np.concatenate([layer.steps.ravel() for layer in layers if layer.on_grid])
     assert np.mean(on_grid != 0) <= DIFFERING
+
+
+def test_weights_quantize_alike_a_block_at_a_time(monkeypatch):
+    """Blocks of rows bound the float64 temporaries of a large layer and change no value."""
+    from kiln.numerics.fixedpoint import round_half_away
+    from kiln.quantize import scheme
+
+    rng = np.random.default_rng(5)
+    for shape, axis in [((6, 3, 3, 5), 0), ((1, 3, 3, 7), 3), ((9, 40), 0), ((4, 5), None), ((3,), None), ((5, 4), 1)]:
+        w = (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 3)).astype(np.float32)
+        w[(0,) * len(shape)] = 0.0
+        monkeypatch.setattr(scheme, "BLOCK_ELEMENTS", 7)
+        q, params = scheme.quantize_weights(w, axis)
+        w64 = w.astype(np.float64)
+        over = tuple(a for a in range(w.ndim) if a != axis)
+        max_abs = np.max(np.abs(w64), axis=over).reshape(-1)
+        assert params.scale == tuple(float(s) for s in np.where(max_abs > 0, max_abs / 127, 1.0).astype(np.float32))
+        scale = np.asarray(params.scale, np.float64).reshape([-1 if a == axis else 1 for a in range(w.ndim)] if axis is not None else ())
+        assert q.dtype == np.int8 and np.array_equal(q, np.clip(round_half_away(w64 / scale), -127, 127).astype(np.int8))

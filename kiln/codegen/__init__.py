@@ -4,6 +4,9 @@ Every kernel is called the same way — `kernel(&params, inputs..., outputs...)`
 — so this stage knows no op: it emits constants, parameter structs and calls
 in schedule order, with arena/caller pointers from the plan.
 
+Constant arrays are streamed: the template is rendered with a marker where
+each array's values go, and the values are written in chunks as the source
+is written, so a model's weights are never held as text at once.
 Constants the plan marked `lz4_bytes` (`plan.lz4`) are emitted as LZ4 blocks and
 decompressed (`runtime/kiln_lz4.c`) into the node's `lz4_scratch` offsets
 just before the call; a kernel that takes scratch gets the node's `scratch`
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import jinja2
 import numpy as np
@@ -39,13 +43,20 @@ _ENV = jinja2.Environment(
 )
 
 
+# Where a constant array's values go in the rendered template; no name or attribute reaching C holds it.
+BODY = "\0"
+CHUNK_ELEMENTS = 1 << 20  # values formatted at a time (a multiple of every line length)
+
+
 @dataclass
 class Constant:
     name: str
     ctype: str
     count: int
-    body: str
     nbytes: int  # bytes in flash
+    tensor: Tensor
+    lz4: bool
+    body: str = BODY
 
 
 @dataclass
@@ -92,13 +103,18 @@ class Tiled:
 
 def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
     """Render the C source and header of `graph` for model `model`."""
+    return {name: data if isinstance(data, bytes) else b"".join(data) for name, data in stream(graph, model, config).items()}
+
+
+def stream(graph: Graph, model: str, config: dict) -> dict[str, bytes | Iterator[bytes]]:
+    """`generate`'s files, the source as chunks made while it is written (the bytes are the same)."""
     check_model_name(model, "codegen")
     for key, problem in (("prefix", identifier_problem), ("weights_section", section_problem)):
         text = problem(config[key])
         if text:
             raise KilnError(f"model {model!r}: codegen.{key}: {text}")
     prefix = symbol_prefix(model, config)
-    constants, const_names = _constants(graph)
+    constants, const_names = _constants(graph)  # checked here, written later
     calls = [_call(graph, i, n, const_names) for i, n in enumerate(graph.nodes) if n.attrs.get("kernel")]
     run = graph.meta.get("tiled_run")
     for call in calls:
@@ -121,8 +137,17 @@ def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
         "outputs": [_io_info(graph, n, i) for i, n in enumerate(graph.outputs)],
     }
     header = _ENV.get_template("model.h.j2").render(ctx)
-    source = _ENV.get_template("model.c.j2").render(ctx, header=f"{model}.h")
-    return {f"{model}.c": source.encode(), f"{model}.h": header.encode()}
+    source = _ENV.get_template("model.c.j2").render(ctx, header=f"{model}.h").split(BODY)
+    if len(source) != len(constants) + 1:
+        raise RuntimeError(f"model {model!r}: {len(source) - 1} constant array markers in the rendered source, {len(constants)} constants")
+    return {f"{model}.c": _source_chunks(source, constants), f"{model}.h": header.encode()}
+
+
+def _source_chunks(parts: list[str], constants: list[Constant]) -> Iterator[bytes]:
+    for text, c in zip(parts, constants):
+        yield text.encode()
+        yield from _array_chunks(np.frombuffer(_lz4_block(c.tensor), np.uint8) if c.lz4 else c.tensor.data)
+    yield parts[-1].encode()
 
 
 def _constants(graph: Graph) -> tuple[list[Constant], dict[str, str]]:
@@ -141,10 +166,11 @@ def _constants(graph: Graph) -> tuple[list[Constant], dict[str, str]]:
                 continue
             names[i] = f"k_const{len(names)}"
             if "lz4_bytes" in t.attrs:
-                blob = _lz4_block(t)
-                out.append(Constant(names[i], "uint8_t", len(blob), _array_body(np.frombuffer(blob, np.uint8)), len(blob)))
+                size = int(t.attrs["lz4_bytes"])
+                out.append(Constant(names[i], "uint8_t", size, size, t, lz4=True))
             else:
-                out.append(Constant(names[i], _ctype(t, n.name), max(t.size, 1), _array_body(t.data), t.nbytes))
+                _check_literals(t)
+                out.append(Constant(names[i], _ctype(t, n.name), max(t.size, 1), t.nbytes, t, lz4=False))
     return out, names
 
 
@@ -162,24 +188,57 @@ def _ctype(t: Tensor, where: str) -> str:
     return C_TYPES[t.dtype]
 
 
-def _array_body(data: np.ndarray) -> str:
+def _check_literals(t: Tensor) -> None:
+    if t.dtype == "float32" and not np.all(np.isfinite(t.data)):
+        bad = float(t.data.ravel()[~np.isfinite(t.data.ravel())][0])
+        raise KilnError(f"constant value {bad} has no C literal")
+
+
+def _array_chunks(data: np.ndarray) -> Iterator[bytes]:
+    """An array's values as C initializer text: 16 per line (floats 8, as exact hexadecimal literals), in chunks."""
     flat = data.ravel()
     if flat.size == 0:
-        return "0"
-    if flat.dtype == np.float32:
-        items = [_float_literal(v) for v in flat]
-    else:
-        items = [str(int(v)) for v in flat]
+        yield b"0"
+        return
     per_line = 8 if flat.dtype == np.float32 else 16
-    return ",\n    ".join(", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line))
+    for start in range(0, flat.size, CHUNK_ELEMENTS):
+        part = flat[start : start + CHUNK_ELEMENTS]
+        if start:
+            yield b",\n    "
+        if flat.dtype in (np.int8, np.uint8):
+            yield _byte_values(part, per_line)
+        else:
+            text = [_float_literal(v) for v in part.tolist()] if flat.dtype == np.float32 else [str(v) for v in part.tolist()]
+            yield ",\n    ".join(", ".join(text[i : i + per_line]) for i in range(0, len(text), per_line)).encode()
 
 
-def _float_literal(v: np.float32) -> str:
+def _byte_table(values: range, last: bool) -> np.ndarray:
+    """Row v - values.start: the text of v, then the separator that follows it (", ", or ",\n    " ending a line),
+    zero-padded to a common width."""
+    table = np.zeros((len(values), 10), np.uint8)
+    for row, v in enumerate(values):
+        text = (str(v) + (",\n    " if last else ", ")).encode()
+        table[row, : len(text)] = np.frombuffer(text, np.uint8)
+    return table
+
+
+_BYTE_TABLES = {np.dtype(np.int8): (range(-128, 128), _byte_table(range(-128, 128), False), _byte_table(range(-128, 128), True)),
+                np.dtype(np.uint8): (range(256), _byte_table(range(256), False), _byte_table(range(256), True))}
+
+
+def _byte_values(part: np.ndarray, per_line: int) -> bytes:
+    """8-bit values as text, by table lookup instead of one Python string per value (weights are most of a model)."""
+    values, inside, ending = _BYTE_TABLES[part.dtype]
+    rows = np.asarray(part, np.int64) - values.start
+    line_end = (np.arange(part.size) % per_line == per_line - 1)[:, None]
+    text = np.where(line_end, ending[rows], inside[rows])
+    text[-1, len(str(int(part[-1]))):] = 0  # no separator after a chunk's last value
+    return text[text != 0].tobytes()
+
+
+def _float_literal(v: float) -> str:
     """An exact C99 float literal (hexadecimal), so weights round-trip bit for bit."""
-    f = float(v)
-    if not np.isfinite(f):
-        raise KilnError(f"constant value {f} has no C literal")
-    return f"{f.hex()}f"
+    return f"{float(v).hex()}f"
 
 
 def _pointer(graph: Graph, name: str, const: bool) -> str:

@@ -152,10 +152,10 @@ class Graph:
         return self.add_tensor(Tensor(self.unique_tensor_name(name), arr.shape, dtype, data=arr, **kw))
 
     def unique_tensor_name(self, base: str) -> str:
-        return _unique(base, self.tensors)
+        return unique_name(base, self.tensors)
 
     def unique_node_name(self, base: str) -> str:
-        return _unique(base, {n.name for n in self.nodes})
+        return unique_name(base, {n.name for n in self.nodes})
 
     def replace_uses(self, old: str, new: str, nodes: Iterable[Node] | None = None) -> None:
         """Point every use of tensor `old` (node inputs and graph outputs) at `new`."""
@@ -174,7 +174,8 @@ class Graph:
         return bool(dead)
 
 
-def _unique(base: str, taken: Any) -> str:
+def unique_name(base: str, taken: Any) -> str:
+    """`base`, or the first of `base_1`, `base_2`, ... not in `taken`."""
     if base not in taken:
         return base
     i = 1

@@ -200,7 +200,7 @@ def _resize_nearest(node, ins):
     return [((x.shape[0], len(rows), len(cols), x.shape[3]), x.dtype)]
 
 
-for _name in ("softmax", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu"):
+for _name in ("softmax", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu", "lrn_scale"):
     op(_name, "kernel", frozenset({"float32", "int8"}))(same_shape)
 
 

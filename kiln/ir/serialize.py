@@ -46,20 +46,47 @@ assert all(getattr(Level, name) == code for code, name in enumerate(LEVELS))
 
 def dumps(graph: Graph, level: str = "none") -> bytes:
     """The canonical bytes of `graph` as a .kir file written at `level` (one of LEVELS)."""
+    return b"".join(dump_chunks(graph, level))
+
+
+def dump_chunks(graph: Graph, level: str = "none") -> list[bytes | memoryview]:
+    """`dumps` as pieces to write one after another: the graph's bytes are not copied again to frame them."""
     if level not in LEVELS:
         raise ValueError(f"unknown .kir level {level!r} (levels: {', '.join(LEVELS)})")
     payload = _graph_bytes(graph)
     code = LEVELS.index(level)
-    b = flatbuffers.Builder(len(payload) + 128)
-    checksum = b.CreateByteVector(_checksum(SCHEMA_VERSION, code, payload))
-    nested = b.CreateByteVector(payload)
+    head, tail = _frame(len(payload), _checksum(SCHEMA_VERSION, code, payload), code)
+    return [head, payload, tail]
+
+
+def _frame(length: int, checksum: bytes, code: int) -> tuple[bytes, bytes]:
+    """The `Kir` table's bytes before and after a payload of `length` bytes.
+
+    They are built around a stand-in payload of the same length modulo 8, so
+    every alignment and padding comes out the same; then the three values
+    that span the payload are corrected: the size prefix, the payload's
+    length and the offset from the table to the checksum, which lies beyond
+    the payload.
+    """
+    stand_in = length % 8
+    b = flatbuffers.Builder(256)
+    checksum_vec = b.CreateByteVector(checksum)
+    nested = b.CreateByteVector(bytes(stand_in))
     FbKir.Start(b)
     FbKir.AddSchemaVersion(b, SCHEMA_VERSION)
     FbKir.AddLevel(b, code)
-    FbKir.AddChecksum(b, checksum)
+    FbKir.AddChecksum(b, checksum_vec)
     FbKir.AddPayload(b, nested)
     b.FinishSizePrefixed(FbKir.End(b), FILE_IDENTIFIER)
-    return bytes(b.Output())
+    out = bytearray(b.Output())
+    grow = length - stand_in
+    payload_at = len(out) - nested  # the payload vector's length field, then its bytes
+    root = FbKir.Kir.GetRootAs(out, 4)
+    checksum_field = root._tab.Pos + root._tab.Offset(8)  # the table's offset to the checksum vector
+    for at, value in ((0, struct.unpack_from("<I", out, 0)[0] + grow), (payload_at, length),
+                      (checksum_field, struct.unpack_from("<I", out, checksum_field)[0] + grow)):
+        struct.pack_into("<I", out, at, value)
+    return bytes(out[: payload_at + 4]), bytes(out[payload_at + 4 + stand_in :])
 
 
 def loads(buf: bytes, path: str = "<bytes>", level: str | None = None) -> Graph:
@@ -79,7 +106,7 @@ def loads(buf: bytes, path: str = "<bytes>", level: str | None = None) -> Graph:
             raise KilnError(f"{path}: .kir schema version {version}, this Kiln reads version {SCHEMA_VERSION}; {REBUILD}")
         code = root.Level()
         checksum = root.ChecksumAsNumpy().tobytes() if root.ChecksumLength() else b""
-        payload = root.PayloadAsNumpy().tobytes() if root.PayloadLength() else b""
+        payload = memoryview(root.PayloadAsNumpy() if root.PayloadLength() else b"")  # a view: not copied
     except KilnError:
         raise
     except Exception as exc:  # a corrupt buffer surfaces as any decoding error
@@ -96,7 +123,7 @@ def loads(buf: bytes, path: str = "<bytes>", level: str | None = None) -> Graph:
 
 
 def save(graph: Graph, path: str | os.PathLike, level: str = "none") -> None:
-    write_atomic(path, dumps(graph, level))
+    write_atomic(path, dump_chunks(graph, level))
 
 
 def load(path: str | os.PathLike, level: str | None = None) -> Graph:
@@ -108,12 +135,42 @@ def load(path: str | os.PathLike, level: str | None = None) -> Graph:
     return loads(data, str(path), level)
 
 
-def _checksum(version: int, level: int, payload: bytes) -> bytes:
-    return hashlib.sha256(b"KIR" + struct.pack("<IB", version, level) + payload).digest()
+def _checksum(version: int, level: int, payload: bytes | memoryview) -> bytes:
+    digest = hashlib.sha256(b"KIR" + struct.pack("<IB", version, level))
+    digest.update(payload)
+    return digest.digest()
 
 
-def _graph_bytes(graph: Graph) -> bytes:
-    b = flatbuffers.Builder(1024)
+class _Builder(flatbuffers.Builder):
+    """A builder that copies an array into its buffer directly (the stock one, and a slice assignment to its
+    bytearray, copy it to a temporary first)."""
+
+    def CreateNumpyVector(self, x: np.ndarray) -> int:  # noqa: N802 (flatbuffers' name)
+        if x.ndim != 1 or x.dtype.byteorder == ">" or x.dtype.kind not in "biuf":
+            return super().CreateNumpyVector(x)
+        self.StartVector(x.itemsize, x.size, x.dtype.alignment)
+        self.head = self.head - x.nbytes
+        np.frombuffer(self.Bytes, np.uint8, x.nbytes, self.head)[:] = np.ascontiguousarray(x).view(np.uint8).ravel()
+        self.vectorNumElems = x.size
+        return self.EndVector()
+
+
+def _size_estimate(graph: Graph) -> int:
+    """More than the graph's FlatBuffer takes, so the builder never grows (growing copies the whole buffer)."""
+    def attrs(values: dict[str, AttrValue]) -> int:
+        return sum(96 + len(k) + (len(v) * 16 if isinstance(v, (list, tuple)) else len(v) if isinstance(v, str) else 8)
+                   for k, v in values.items())
+
+    tensors = sum(256 + 2 * len(t.name) + 8 * len(t.shape) + len(t.layout) + attrs(t.attrs) + (t.data.nbytes if t.data is not None else 0)
+                  + (8 * len(t.quant.scale) + 64 if t.quant is not None else 0) for t in graph.tensors.values())
+    nodes = sum(256 + len(n.name) + len(n.op) + len(n.source) + sum(16 + len(i) for i in n.inputs + n.outputs) + attrs(n.attrs)
+                for n in graph.nodes)
+    return 4096 + tensors + nodes + attrs(graph.meta) + sum(16 + len(i) for i in graph.inputs + graph.outputs)
+
+
+def _graph_bytes(graph: Graph) -> memoryview:
+    """The graph as a FlatBuffer: a view of the builder's buffer (copying it would double the model in memory)."""
+    b = _Builder(_size_estimate(graph))
     tensors = [_tensor(b, graph.tensors[k]) for k in sorted(graph.tensors)]
     nodes = [_node(b, n) for n in graph.nodes]
     name = b.CreateString(graph.name)
@@ -130,7 +187,7 @@ def _graph_bytes(graph: Graph) -> bytes:
     FbGraph.AddOutputs(b, outputs)
     FbGraph.AddMeta(b, meta)
     b.Finish(FbGraph.End(b))
-    return bytes(b.Output())
+    return memoryview(b.Bytes)[b.Head() :]
 
 
 # -- writing ---------------------------------------------------------------
@@ -276,8 +333,8 @@ def _graph(root: FbGraph.Graph) -> Graph:
         data = None
         if not t.DataIsNone():
             raw = t.DataAsNumpy() if t.DataLength() else np.zeros(0, np.uint8)
-            data = np.frombuffer(raw.tobytes(), dtype=DTYPES[dtype].newbyteorder("<")).astype(DTYPES[dtype])
-            data = data.reshape(shape)
+            data = raw.view(DTYPES[dtype].newbyteorder("<")).astype(DTYPES[dtype], copy=False)  # a view of the file
+            data = (data if data.flags.aligned else data.copy()).reshape(shape)
         name = _str(t.Name())
         g.tensors[name] = Tensor(name, shape, dtype, _str(t.Layout()), quant, data, _read_attrs(t.AttrsLength(), t.Attrs))
     for i in range(root.NodesLength()):

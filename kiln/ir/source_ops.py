@@ -121,8 +121,15 @@ def _onnx_clip(node, ins):
     return [(ins[0].shape, ins[0].dtype)]
 
 
-for _name in ("Add", "Sub", "Mul", "Div"):
+for _name in ("Add", "Sub", "Mul", "Div", "Max", "Min"):
     op(_name, "source", NUMERIC)(elementwise)
+
+
+@op("LRN", "source", FLOAT)
+def _onnx_lrn(node, ins):
+    if len(ins[0].shape) < 3:
+        raise OpError(f"LRN needs an input of rank >= 3 (N, C, ...), got {list(ins[0].shape)}")
+    return [(ins[0].shape, ins[0].dtype)]
 
 
 @op("Pow", "source", NUMERIC)

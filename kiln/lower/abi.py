@@ -76,6 +76,7 @@ _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]
     ("kiln_gelu_f32", _f("size approximate"), ((_F32,), (_F32,))),
     ("kiln_leaky_relu_f32", _f("size alpha_bits"), ((_F32,), (_F32,))),
     ("kiln_clamp_f32", _f("size min_bits max_bits"), ((_F32,), (_F32,))),
+    ("kiln_lrn_scale_f32", _f("size bias_bits alpha_bits beta_bits"), ((_F32,), (_F32,))),
     ("kiln_quantize_s8", _f("size scale_bits zero_point"), ((_F32,), (_S8,))),
     ("kiln_dequantize_s8", _f("size scale_bits zero_point"), ((_S8,), (_F32,))),
     ("kiln_copy_part", ("elem_size",) + _COPY, ((_ANY,), (_ANY,))),

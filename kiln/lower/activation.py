@@ -25,6 +25,8 @@ def _float_params(site: Site) -> dict[str, int]:
         return {"alpha_bits": float_bits(attr("alpha"))}
     if op == "clamp":
         return {"min_bits": float_bits(attr("act_min", -math.inf)), "max_bits": float_bits(attr("act_max", math.inf))}
+    if op == "lrn_scale":
+        return {"bias_bits": float_bits(attr("bias")), "alpha_bits": float_bits(attr("alpha_over_size")), "beta_bits": float_bits(attr("beta"))}
     return {}
 
 

@@ -23,6 +23,7 @@ REASONS = {
     "Cast": "has no kernel between different types",
     "Erf": "appears only inside a recognized GELU",
     "Dropout": "is an identity only in inference mode with its mask unused",
+    "LRN": "is supported on 4-D (N, C, H, W) inputs",
 }
 
 

@@ -36,7 +36,7 @@ def product(rw: Rewriter, name: str, root: bool = True) -> tuple[float, list[str
     if value is not None:
         return value, []
     node = rw.producer(name)
-    if not root and (len(rw.consumers(name)) != 1 or name in rw.graph.outputs):
+    if not root and (len(rw.consumers(name)) != 1 or name in rw.outputs):
         return 1.0, [name]
     if kind(node) == "mul":
         (ca, ra), (cb, rb) = product(rw, node.inputs[0], False), product(rw, node.inputs[1], False)
@@ -72,6 +72,6 @@ def interior(rw: Rewriter, root: str, leaves: set[str]) -> list[Node]:
         stack.extend(i for i in node.inputs if i and rw.const(i) is None)
     inside = {o for n in nodes for o in n.outputs} - {root}
     for name in inside:
-        if name in rw.graph.outputs or any(not any(c is n for n in nodes) for c in rw.consumers(name)):
+        if name in rw.outputs or any(not any(c is n for n in nodes) for c in rw.consumers(name)):
             return []
     return nodes

@@ -32,6 +32,21 @@ def _gelu(approximate: str) -> Scalar:
     return lambda v: 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0)))
 
 
+def _lrn_scale(bias: float, alpha_over_size: float, beta: float) -> Scalar:
+    """LRN's factor (bias + alpha / size * v)^-beta of a window's sum of squares v; where `math.pow` raises,
+    NumPy's power: infinity for a base of 0, NaN for a negative one with a fractional exponent."""
+    def fn(v: float) -> float:
+        base = bias + alpha_over_size * v
+        if base == 0 and beta > 0:
+            return math.inf
+        try:
+            return math.pow(base, -beta)
+        except ValueError:
+            return math.nan
+
+    return fn
+
+
 def scalar_function(op: str, attrs: dict[str, Any]) -> Scalar:
     """The float64 function computed by elementwise op `op` with attributes `attrs`."""
     if op == "sigmoid":
@@ -53,6 +68,8 @@ def scalar_function(op: str, attrs: dict[str, Any]) -> Scalar:
     if op == "clamp":
         lo, hi = float(attrs.get("act_min", -math.inf)), float(attrs.get("act_max", math.inf))
         return lambda v: min(max(v, lo), hi)
+    if op == "lrn_scale":
+        return _lrn_scale(float(attrs["bias"]), float(attrs["alpha_over_size"]), float(attrs["beta"]))
     raise ValueError(f"no elementwise function for op {op!r}")
 
 
@@ -62,4 +79,4 @@ def elementwise(op: str, attrs: dict[str, Any]) -> Callable[[np.ndarray], np.nda
     return lambda x: np.array([fn(float(v)) for v in np.ravel(x)], dtype=np.float64).reshape(np.shape(x))
 
 
-ELEMENTWISE_OPS = ("sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu", "leaky_relu", "clamp")
+ELEMENTWISE_OPS = ("sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu", "leaky_relu", "clamp", "lrn_scale")

@@ -21,6 +21,7 @@ tiled (`kiln.plan.tiling`), and keeps the cheapest that fits.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -134,15 +135,23 @@ def _annotate(g: Graph, best: _Candidate, scratch: Scratch) -> None:
 
 def lower_bound(bufs: list[Buffer], steps: int) -> int:
     """The largest total of live bytes at any step: no placement can use less."""
-    return max((_live_bytes(bufs, s) for s in range(steps)), default=0)
+    return max(_live_bytes(bufs, steps), default=0)
 
 
-def _live_bytes(bufs: list[Buffer], step: int) -> int:
-    return sum(b.size for b in bufs if b.start <= step <= b.end)
+def _live_bytes(bufs: list[Buffer], steps: int) -> list[int]:
+    """The bytes live at each step, from the changes where buffers start and end (not a scan per step)."""
+    change = [0] * (steps + 1)
+    for b in bufs:
+        first, last = max(b.start, 0), min(b.end, steps - 1)
+        if first <= last:
+            change[first] += b.size
+            change[last + 1] -= b.size
+    return list(itertools.accumulate(change[:steps]))
 
 
 def over_budget(g: Graph, bufs: list[Buffer], size: int, budget: int) -> str:
-    peak_step = max(range(len(g.nodes)), key=lambda s: (_live_bytes(bufs, s), -s))
+    live_bytes = _live_bytes(bufs, len(g.nodes))
+    peak_step = max(range(len(g.nodes)), key=lambda s: (live_bytes[s], -s))
     live = [b for b in bufs if b.start <= peak_step <= b.end]
     node = g.nodes[peak_step]
     names = ", ".join(f"{b.tensors[0]} ({b.size} B)" for b in sorted(live, key=lambda b: (-b.size, b.tensors[0])))

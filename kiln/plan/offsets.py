@@ -34,13 +34,31 @@ class Placement:
 
 def place(bufs: list[Buffer], align: int, bound: int | None = None) -> Placement:
     """The smallest placement of `bufs` found; the caller applies `offsets` (in `bufs` order)."""
-    conflicts = [[j for j, o in enumerate(bufs) if j != i and b.overlaps(o)] for i, b in enumerate(bufs)]
+    conflicts = _conflicts(bufs)
     tried = [(Placement(name, *_decode(bufs, conflicts, order, best_fit, align)), order, best_fit)
              for name, order, best_fit in _orders(bufs, conflicts)]
     placement, order, best_fit = tried[min(range(len(tried)), key=lambda k: (tried[k][0].size, k))]
     if bound is not None and placement.size > bound:
         placement = _hill_climb(bufs, conflicts, order, best_fit, align, bound, placement)
     return placement
+
+
+def _conflicts(bufs: list[Buffer]) -> list[list[int]]:
+    """For each buffer, the (ascending) indices of the others whose live ranges overlap it.
+
+    A sweep over the buffers by start step keeps those still live: time in
+    the number of buffers and overlapping pairs, not in their square.
+    """
+    found: list[list[int]] = [[] for _ in bufs]
+    live: list[int] = []
+    for i in sorted(range(len(bufs)), key=lambda i: bufs[i].start):
+        b = bufs[i]
+        live = [j for j in live if bufs[j].end >= b.start]
+        for j in live:
+            found[i].append(j)
+            found[j].append(i)
+        live.append(i)
+    return [sorted(c) for c in found]
 
 
 def _orders(bufs: list[Buffer], conflicts: list[list[int]]) -> list[tuple[str, list[int], bool]]:
@@ -54,7 +72,16 @@ def _orders(bufs: list[Buffer], conflicts: list[list[int]]) -> list[tuple[str, l
 
 def _by_breadth(bufs: list[Buffer]) -> list[int]:
     steps = sorted({s for b in bufs for s in (b.start, b.end)})
-    live = {s: [i for i, b in enumerate(bufs) if b.start <= s <= b.end] for s in steps}
+    live: dict[int, list[int]] = {}
+    starts = sorted(range(len(bufs)), key=lambda i: bufs[i].start)
+    active: list[int] = []
+    k = 0
+    for s in steps:  # a sweep: the buffers live at each step where one starts or ends
+        while k < len(starts) and bufs[starts[k]].start <= s:
+            active.append(starts[k])
+            k += 1
+        active = [i for i in active if bufs[i].end >= s]
+        live[s] = sorted(active)
     totals = {s: sum(bufs[i].size for i in live[s]) for s in steps}
     order: list[int] = []
     seen: set[int] = set()

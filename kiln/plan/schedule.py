@@ -66,8 +66,9 @@ def _greedy(g: Graph, deps: list[list[int]]) -> list[int]:
         order.append(best)
         for o in g.nodes[best].outputs:
             allocated.add(root.get(o, o))
-        for buf in list(readers):
-            readers[buf].discard(best)
+        for t in g.nodes[best].inputs:  # `best` reads only these buffers
+            if root.get(t, t) in readers:
+                readers[root.get(t, t)].discard(best)
         for u in users[best]:
             waiting[u] -= 1
             if waiting[u] == 0:

@@ -17,6 +17,7 @@ from kiln.ir.graph import QuantParams
 from kiln.numerics.fixedpoint import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, round_half_away
 
 WEIGHT_MAX = 127  # symmetric weights use [-127, 127]
+BLOCK_ELEMENTS = 1 << 20  # weights quantized at a time
 
 # Outputs take the (first) input's parameters: data movement and windowed average pooling (TFLite's
 # AVERAGE_POOL_2D). A global average pool requantizes (TFLite's MEAN): its output, far narrower than its
@@ -99,18 +100,26 @@ def quantize_weights(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, Quant
     """Symmetric int8 weights, one scale per index of `axis` (None: one scale for the tensor).
 
     scale = max|w| / 127 (an all-zero channel gets scale 1); values are
-    round(w / scale) half away from zero, clamped to [-127, 127].
+    round(w / scale) half away from zero, clamped to [-127, 127]. The float64
+    arithmetic runs a block of rows at a time: a large layer's temporaries
+    stay small (max|w| needs none: it is exact in the weights' own type).
     """
-    w = np.asarray(w, np.float64)
-    if axis is None:
-        max_abs = np.array([np.max(np.abs(w), initial=0.0)])
-    else:
-        max_abs = np.max(np.abs(np.moveaxis(w, axis, 0)).reshape(w.shape[axis], -1), axis=1, initial=0.0)
+    w = np.asarray(w)
+    over = tuple(a for a in range(w.ndim) if a != axis)
+    top = np.max(w, axis=over, initial=-np.inf).reshape(-1).astype(np.float64)
+    bottom = np.min(w, axis=over, initial=np.inf).reshape(-1).astype(np.float64)
+    max_abs = np.maximum(np.maximum(top, -bottom), 0.0)
     scales = np.where(max_abs > 0, max_abs / WEIGHT_MAX, 1.0).astype(np.float32)
     params = QuantParams(tuple(float(s) for s in scales), (0,) * len(scales), axis)
     scale, _ = _broadcast(params, w.ndim)
-    q = np.clip(round_half_away(w / np.asarray(scale, np.float64)), -WEIGHT_MAX, WEIGHT_MAX)
-    return q.astype(np.int8), params
+    scale = np.asarray(scale, np.float64)
+    blocks = w.reshape(1) if w.ndim == 0 else w
+    q = np.empty(blocks.shape, np.int8)
+    rows = max(1, BLOCK_ELEMENTS // max(1, blocks[:1].size))
+    for start in range(0, len(blocks), rows):
+        part = blocks[start : start + rows].astype(np.float64) / (scale[start : start + rows] if axis == 0 else scale)
+        q[start : start + rows] = np.clip(round_half_away(part), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
+    return q.reshape(w.shape), params
 
 
 def recover_integers(data: np.ndarray, params: QuantParams, dtype: type = np.int8) -> np.ndarray | None:

@@ -176,6 +176,13 @@ def _tanh(node, ins):
     return [np.tanh(_f64(ins[0]))]
 
 
+@impl("lrn_scale")
+def _lrn_scale(node, ins):
+    a = node.attrs
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return [np.power(a["bias"] + a["alpha_over_size"] * _f64(ins[0]), -a["beta"])]
+
+
 @impl("hardsigmoid")
 def _hardsigmoid(node, ins):
     return [nn.hardsigmoid(ins[0], node.attrs.get("alpha", 1.0 / 6.0), node.attrs.get("beta", 0.5))]

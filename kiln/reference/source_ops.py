@@ -169,6 +169,29 @@ def _mul(node, ins):
     return [_f64(ins[0]) * _f64(ins[1])]
 
 
+@impl("Max")
+def _max(node, ins):
+    return [np.maximum(ins[0], ins[1])]
+
+
+@impl("Min")
+def _min(node, ins):
+    return [np.minimum(ins[0], ins[1])]
+
+
+@impl("LRN")
+def _lrn(node, ins):
+    """ONNX's definition: x / (bias + alpha / size * the sum of squares over `size` neighbouring channels)^beta,
+    the window reaching floor((size - 1) / 2) channels down and ceil((size - 1) / 2) up."""
+    x = _f64(ins[0])
+    a = node.attrs
+    size = int(a["size"])
+    low, high = (size - 1) // 2, size // 2
+    squares = np.pad(x * x, [(0, 0), (low, high)] + [(0, 0)] * (x.ndim - 2))
+    window = sum(squares[:, i : i + x.shape[1]] for i in range(size))
+    return [x / (a.get("bias", 1.0) + a.get("alpha", 1e-4) / size * window) ** a.get("beta", 0.75)]
+
+
 @impl("Div")
 def _div(node, ins):
     if np.issubdtype(ins[0].dtype, np.integer):

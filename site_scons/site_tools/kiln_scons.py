@@ -92,9 +92,9 @@ def load_registry(package: Path) -> ModuleType:
 
 PACKAGE = _kiln_package()
 _KILN = load_registry(PACKAGE).__name__
-buildcache, model_config, errors, manifest, model_table, paths, registry, remotecache = (
+buildcache, model_config, errors, manifest, model_table, paths, registry, remotecache, worker = (
     importlib.import_module(f"{_KILN}.{m}")
-    for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages", "remotecache"))
+    for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages", "remotecache", "worker"))
 write_atomic = importlib.import_module(f"{_KILN}.atomic").write_atomic
 firmware_targets = importlib.import_module(f"{_KILN}.target.targets")
 KilnError = errors.KilnError
@@ -132,10 +132,14 @@ class StageAction(SCons.Action.FunctionAction):
         super().__init__(self._run, {"strfunction": self._show})
 
     def _run(self, target, source, env) -> int:
-        cmd = [str(env["KILN_PYTHON"]), "-P", "-m", "kiln.runner", self.stage,
-               "--model-dir", env["KILN_MODEL_DIR"].path, "--build-dir", target[0].dir.path]
+        args = [self.stage, "--model-dir", env["KILN_MODEL_DIR"].path, "--build-dir", target[0].dir.path]
+        python = str(env["KILN_PYTHON"])
         start = time.perf_counter()
-        status = SCons.Action.scons_subproc_run(env, cmd).returncode
+        status = None
+        if use_workers(env):  # a warm worker, else (or when it fails) a fresh process: the same bytes either way
+            status = worker.run(python, str(SOURCE_ROOT), SCons.Util.sanitize_shell_env(env["ENV"]), args, os.getcwd())
+        if status is None:
+            status = SCons.Action.scons_subproc_run(env, [python, "-P", "-m", "kiln.runner", *args]).returncode
         _PROGRESS.ran(env["KILN_MODEL"], env["KILN_BUILD_ROOT"], time.perf_counter() - start)
         return status
 
@@ -144,6 +148,15 @@ class StageAction(SCons.Action.FunctionAction):
 
     def get_presig(self, target, source, env, executor=None) -> bytes:
         return f"kiln stage {self.stage}".encode()
+
+
+def use_workers(env) -> bool:
+    """Stages run in persistent workers (`kiln/worker.py`) unless `KILN_WORKERS=0` (construction or environment
+    variable) or `--kiln-no-workers`."""
+    chosen = env.get("KILN_WORKERS")
+    if chosen is not None and str(chosen) == "0":
+        return False
+    return worker.enabled() and not SCons.Script.GetOption("kiln_no_workers")
 
 
 class Progress:
@@ -304,12 +317,12 @@ def _declare_model(env, model_dir, build_root: str) -> dict:
     stages: dict[str, list] = {}
     for st in registry.STAGES:
         targets = [build.File("./" + a) for a in st.outputs(name)]
-        sources = [build.File("./" + a) for a in st.consumes] + [env.fs.File(str(f)) for f in files[st.name]]
+        sources = [build.File("./" + a) for a in st.consumes] + [_model_file(env, st.name, f) for f in files[st.name]]
         # The canonical JSON of the tables: `--debug=explain` shows a config change as the old text
         # ("no longer a dependency") and the new one ("a new dependency").
         sources.append(env.Value(model_config.canonical(model_config.view(cfg, st.tables))))
         nodes = getattr(menv, f"KilnStage_{st.name}")(targets, sources)
-        menv.Depends(nodes, [env.fs.File(str(f)) for f in st.source_files(SOURCE_ROOT)])
+        menv.Depends(nodes, stage_sources(env, build_root, st))
         # Stages replace their outputs atomically, so SCons need not delete them first: a killed stage
         # leaves the previous complete artifact (still recorded as out of date), never a missing one.
         menv.Precious(nodes)
@@ -363,6 +376,55 @@ def _copy_action(target, source, env):
 _COPY = SCons.Action.Action(_copy_action, "kiln share $TARGET")
 
 
+class CommentFreePython(SCons.Node.FS.File):
+    """A Python file of a model whose content signature is its tokens without comments (`registry.python_tokens`),
+    so a comment edit of a model.py changes no signature and runs no stage."""
+
+    __slots__ = ()
+
+    def get_csig(self) -> str:
+        ninfo = self.get_ninfo()
+        if not hasattr(ninfo, "csig"):
+            try:
+                data = Path(self.get_abspath()).read_bytes()
+            except OSError:
+                ninfo.csig = ""  # as SCons has it for a file it cannot read
+            else:
+                ninfo.csig = SCons.Util.hash_signature(registry.python_tokens(data))
+        return ninfo.csig
+
+
+def _model_file(env, stage: str, path: Path):
+    node = env.fs.File(str(path))
+    if stage == "import" and registry.comment_free(path) and type(node) is SCons.Node.FS.File:
+        node.__class__ = CommentFreePython
+    return node
+
+
+_SOURCE_FILES: dict[str, list] = {}  # stage -> its source-file nodes, found once per build
+_SOURCE_LISTS: dict[tuple[str, str], list] = {}  # (build root, stage) -> the node standing for them
+
+
+def stage_sources(env, build_root: str, st) -> list:
+    """One node per stage and build root standing for the stage's source modules: `<build root>/_kiln/<stage>.sources`,
+    the list of their paths and content signatures. Each stage target depends on it alone (not on every module), and
+    `--debug=explain` names the module that changed when it rebuilds."""
+    key = (build_root, st.name)
+    if key not in _SOURCE_LISTS:
+        if st.name not in _SOURCE_FILES:
+            _SOURCE_FILES[st.name] = [env.fs.File(str(f)) for f in st.source_files(SOURCE_ROOT)]
+        target = env.Dir(_literal(build_root)).Dir("./_kiln").File(f"./{st.name}.sources")
+        _SOURCE_LISTS[key] = env.Command(target, _SOURCE_FILES[st.name],
+                                         SCons.Action.Action(_source_list_action, "stage sources $TARGET"))
+    return _SOURCE_LISTS[key]
+
+
+def _source_list_action(target, source, env) -> int:
+    lines = [f"{Path(s.get_abspath()).relative_to(SOURCE_ROOT).as_posix()} {s.get_csig()}\n" for s in source]
+    write_atomic(str(target[0]), "".join(lines).encode())
+    return 0
+
+
 def _help(build_root: str, models: list[dict]) -> None:
     names = ", ".join(m["name"] for m in models) or "(none)"
     broken = "".join(f"\n  not built: {line}" for line in _PROGRESS.broken)
@@ -373,7 +435,8 @@ def _help(build_root: str, models: list[dict]) -> None:
         f"           report ({build_root}/report.html: layers, memory and sizes of every model)\n"
         "  options: --kiln-cache=DIR or =http(s)://SERVER (or KILN_CACHE) shares stage results between builds and clones;\n"
         "           --kiln-cache-readonly (or KILN_CACHE_READONLY=1) reads it and never writes (untrusted builds);\n"
-        "           KILN_PYTHON=PYTHON runs the stages with that Python (default: the one Kiln is installed in)\n",
+        "           KILN_PYTHON=PYTHON runs the stages with that Python (default: the one Kiln is installed in);\n"
+        "           --kiln-no-workers (or KILN_WORKERS=0) runs each stage in a fresh process instead of a warm worker\n",
         append=True, local_only=True)
 
 
@@ -723,6 +786,8 @@ def _add_options() -> bool:
                                 "server at http(s)://URL (default: $KILN_CACHE)")
     SCons.Script.AddOption("--kiln-cache-readonly", dest="kiln_cache_readonly", action="store_true", default=False,
                            help="Kiln: read the cache, never write to it, for untrusted builds (or KILN_CACHE_READONLY=1)")
+    SCons.Script.AddOption("--kiln-no-workers", dest="kiln_no_workers", action="store_true", default=False,
+                           help="Kiln: run every stage in a fresh process, not in a warm worker (or KILN_WORKERS=0)")
     atexit.register(_PROGRESS.summary)
     return True
 

@@ -1,4 +1,4 @@
-"""lower_arithmetic: float Add/Sub/Mul/Div (and Neg, Pow 2, Reciprocal) to kernel ops; division by a constant multiplies."""
+"""lower_arithmetic: float Add/Sub/Mul/Div/Max/Min (and Neg, Pow 2, Reciprocal) to kernel ops; division by a constant multiplies."""
 import numpy as np
 
 from graphs import Builder, assert_same_values, ops, run_pass, unchanged
@@ -10,10 +10,11 @@ def test_arithmetic_lowers_to_kernel_ops() -> None:
     x, y = b.input("x", (2, 3, 4)), b.input("y", (3, 1))
     c = b.const("c", np.float32([2.0, -4.0, 0.5, 8.0]))
     outs = [b.op("Add", [x, y]), b.op("Sub", [c, x]), b.op("Mul", [x, c]), b.op("Div", [x, y]), b.op("Div", [x, c]),
-            b.op("Neg", [x]), b.op("Pow", [x, b.const("two", np.int64(2))]), b.op("Reciprocal", [y])]
+            b.op("Neg", [x]), b.op("Pow", [x, b.const("two", np.int64(2))]), b.op("Reciprocal", [y]), b.op("Max", [x, y]),
+            b.op("Min", [c, x])]
     g = b.output(*outs)
     out, changed = run_pass(lower_arithmetic, g)
-    assert changed and ops(out) == ["add", "sub", "mul", "div", "mul", "mul", "mul", "div"]
+    assert changed and ops(out) == ["add", "sub", "mul", "div", "mul", "mul", "mul", "div", "maximum", "minimum"]
     assert out.tensors[out.nodes[4].inputs[1]].data.tolist() == [0.5, -0.25, 2.0, 0.125]
     assert all(n.attrs == {"act_min": -np.inf, "act_max": np.inf} for n in out.nodes)
     assert_same_values(g, out)

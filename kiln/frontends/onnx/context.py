@@ -134,7 +134,7 @@ class Converter:
         if all(t is None or t.is_constant for t in ins):
             arrays = FLOAT_IMPLS[op](node, [None if t is None else t.data for t in ins])
             for out, (shape, dtype), arr in zip(outputs, inferred, arrays):
-                self.values[out] = np.asarray(arr).astype(DTYPES[dtype]).reshape(shape)
+                self.values[out] = np.asarray(arr).astype(DTYPES[dtype], copy=False).reshape(shape)
             return
         _check_int8(ins, inferred)
         for t in ins:

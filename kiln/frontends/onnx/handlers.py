@@ -85,6 +85,44 @@ _direct("Reshape", allowzero=0)
 _direct("Concat", axis=0)
 
 
+@handles("Sum", "Mean", "Max", "Min")
+def _variadic(cx: Converter, n: OnnxNode) -> None:
+    """N inputs (broadcasting) as a chain of binary ops in input order: ((a + b) + c) ...; Mean divides that sum
+    by N. The last op keeps the node's name and output; one input is the input itself."""
+    binary = {"Sum": "Add", "Mean": "Add", "Max": "Max", "Min": "Min"}[n.op_type]
+    out = n.outputs[0]
+    if len(n.inputs) == 1:
+        cx.emit("Identity", n.inputs, n.outputs, {}, n.name)
+        return
+    total = cx.fresh(f"{out}/sum") if n.op_type == "Mean" else out
+    acc = n.inputs[0]
+    for i, name in enumerate(n.inputs[1:], 1):
+        last = i == len(n.inputs) - 1
+        target = total if last else cx.fresh(f"{out}/partial{i}")
+        node_name = n.name if last and n.op_type != "Mean" else cx.sub_name(n, f"partial{i}")
+        cx.emit(binary, [acc, name], [target], {}, node_name)
+        acc = target
+    if n.op_type == "Mean":
+        count = cx.const(f"{n.name}/count", len(n.inputs), cx.tensor(total).dtype)
+        cx.emit("Div", [total, count], n.outputs, {}, n.name)
+
+
+@check("Sum", "Mean", "Max", "Min")
+def _variadic_check(n: OnnxNode, opset: int) -> str | None:
+    return None if n.inputs and all(n.inputs) else f"{n.op_type} with no inputs or an empty input name"
+
+
+@handles("LRN")
+def _lrn(cx: Converter, n: OnnxNode) -> None:
+    attrs = {k: float(np.float32(n.attrs.get(k, d))) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0))}
+    cx.emit("LRN", n.inputs, n.outputs, {"size": int(n.attrs["size"]), **attrs}, n.name)
+
+
+@check("LRN")
+def _lrn_check(n: OnnxNode, opset: int) -> str | None:
+    return None if int(n.attrs.get("size", 0)) >= 1 else "LRN needs a size attribute of at least 1"
+
+
 @check("BatchNormalization")
 def _bn_check(n: OnnxNode, opset: int) -> str | None:
     if n.attrs.get("training_mode", 0) or len(n.outputs) > 1:

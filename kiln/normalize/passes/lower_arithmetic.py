@@ -1,4 +1,4 @@
-"""Float arithmetic to kernel ops: Add/Sub/Mul/Div become add/sub/mul/div with no fused activation.
+"""Float arithmetic to kernel ops: Add/Sub/Mul/Div/Max/Min become add/sub/mul/div/maximum/minimum with no fused activation.
 
 Division by a constant becomes multiplication by its reciprocal (`div` has
 no int8 kernel), Neg(x) is x * -1, Pow(x, 2) is x * x and Reciprocal(x)
@@ -11,7 +11,7 @@ import numpy as np
 from kiln.ir.graph import Graph, Node
 from kiln.normalize.rewrite import Rewriter, no_act
 
-BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div"}
+BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "maximum", "Min": "minimum"}
 
 
 def run(graph: Graph) -> tuple[Graph, bool]:

@@ -30,7 +30,7 @@ def _lower(rw: Rewriter, node: Node) -> list[Node] | None:
     axis = int(node.attrs.get("axis", -1)) % rank
     scale = rw.const(node.inputs[1])
     bias = rw.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.zeros(1, np.float32)
-    if scale is None or bias is None or any(rw.consumers(o) or o in rw.graph.outputs for o in node.outputs[1:]):
+    if scale is None or bias is None or any(rw.consumers(o) or o in rw.outputs for o in node.outputs[1:]):
         return None
     inner = int(np.prod(x.shape[axis:]))
     params = [rw.constant(f"{node.name}/{what}", np.broadcast_to(v, x.shape[axis:]).reshape(inner).astype(np.float32))

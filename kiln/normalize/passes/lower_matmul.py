@@ -43,7 +43,8 @@ def _scaled(q: QuantParams | None, factor: float) -> QuantParams | None:
 def _weight(rw: Rewriter, name: str, data: np.ndarray, q: QuantParams | None, factor: float) -> str | None:
     if q is not None and factor <= 0:
         return None
-    return rw.constant(f"{name}/fc", (factor * data.astype(np.float64)).astype(np.float32), quant=_scaled(q, factor))
+    scaled = data if factor == 1.0 else (factor * data.astype(np.float64)).astype(np.float32)  # x 1.0 is exact: no copy
+    return rw.constant(f"{name}/fc", scaled, quant=_scaled(q, factor))
 
 
 def _gemm(rw: Rewriter, node: Node) -> list[Node] | None:

@@ -33,7 +33,7 @@ def run(graph: Graph) -> tuple[Graph, bool]:
 
 def _plain(rw: Rewriter, node: Node) -> bool:
     """Whether a reshape-like node is a pure data move: no extra output read, Dropout in eval mode."""
-    if any(rw.consumers(o) or o in rw.graph.outputs for o in node.outputs[1:]):
+    if any(rw.consumers(o) or o in rw.outputs for o in node.outputs[1:]):
         return False
     mode = node.inputs[2] if node.op == "Dropout" and len(node.inputs) > 2 else ""
     return not mode or (rw.const(mode) is not None and not rw.const(mode).any())

@@ -44,7 +44,7 @@ def _is_noop(rw: Rewriter, node: Node) -> bool:
         return not any(a["pads"])
     if op == "Dropout":
         mode = rw.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.asarray(False)
-        return mode is not None and not bool(mode) and all(not rw.consumers(o) and o not in rw.graph.outputs for o in node.outputs[1:])
+        return mode is not None and not bool(mode) and all(not rw.consumers(o) and o not in rw.outputs for o in node.outputs[1:])
     if op in ("Transpose", "transpose"):
         return list(a.get("perm", range(len(x.shape))[::-1])) == list(range(len(x.shape)))
     if op == "clamp":
@@ -57,18 +57,17 @@ def _is_noop(rw: Rewriter, node: Node) -> bool:
 
 def _bypass(rw: Rewriter, node: Node) -> None:
     x, y = node.inputs[0], node.outputs[0]
-    g = rw.graph
-    if y not in g.outputs:
+    if y not in rw.outputs:
         if rw.tensor(x).quant is None and rw.tensor(y).quant is not None:
             rw.set_tensor(x, quant=rw.tensor(y).quant)
-        g.replace_uses(y, x)
+        rw.replace_uses(y, x)
         rw.remove(node)
         return
     producer = rw.producer(x)
-    if producer is None or x in g.outputs:
+    if producer is None or x in rw.outputs:
         return  # a graph input (or constant) passed straight to an output: the node is the copy
     if rw.tensor(y).quant is None:
         rw.set_tensor(y, quant=rw.tensor(x).quant)
-    producer.outputs = [y if o == x else o for o in producer.outputs]
-    g.replace_uses(x, y)
+    rw.edit(producer, outputs=[y if o == x else o for o in producer.outputs])
+    rw.replace_uses(x, y)
     rw.remove(node)

@@ -19,8 +19,8 @@ from kiln.ir.graph import Graph, Node, QuantParams
 from kiln.normalize.layout import permuted, transpose_node, unit_only
 from kiln.normalize.rewrite import Rewriter, inverse, reshape_quant, transpose_quant
 
-UNARY = frozenset({"clamp", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu", "softmax"})
-BINARY = frozenset({"add", "sub", "mul", "div"})
+UNARY = frozenset({"clamp", "leaky_relu", "sigmoid", "tanh", "hardsigmoid", "hardswish", "silu", "gelu", "lrn_scale", "softmax"})
+BINARY = frozenset({"add", "sub", "mul", "div", "maximum", "minimum"})
 AXES = frozenset({"pad", "slice", "split", "concat", "reshape"})
 
 
