@@ -158,3 +158,19 @@ def test_a_failing_stream_of_chunks_leaves_the_old_file(tmp_path):
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["model.c"]
     write_atomic(target, [b"new ", memoryview(b"bytes")])
     assert target.read_bytes() == b"new bytes"
+
+
+@pytest.mark.parametrize("kernel, table_dtype, ok", [("kiln_add_table_s8", "int32", True), ("kiln_add_s8", "int32", False),
+                                                     ("kiln_add_table_s8", "int16", False)])
+def test_an_add_takes_a_third_input_only_as_the_table_kernels_int32_table(kernel, table_dtype, ok):
+    g = Graph("add")
+    for name in ("a", "b", "y"):
+        g.add_tensor(Tensor(name, (1, 2, 2, 3), "int8", "NHWC", QuantParams((0.5,), (0,))))
+    g.add_tensor(Tensor("t", (512,), table_dtype, data=np.zeros(512, table_dtype)))
+    g.nodes.append(Node("add", "add", ["a", "b", "t"], ["y"], {"kernel": kernel}))
+    g.inputs, g.outputs = ["a", "b"], ["y"]
+    if ok:
+        verify(g)
+    else:
+        with pytest.raises(VerifyError, match="only kiln_add_table_s8's int32 table"):
+            verify(g)

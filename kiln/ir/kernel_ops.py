@@ -81,7 +81,18 @@ def _batch_matmul(node, ins):
     return [((*a.shape[:-1], b.shape[-1]), a.dtype)]
 
 
-for _name in ("add", "sub", "mul", "maximum", "minimum"):
+def _add_sub(node, ins):
+    """Two operands, plus the int32 lookup table once lowering picks the table kernel (kiln_add_table_s8)."""
+    a, b, *table = ins
+    if table and (len(table) > 1 or node.attrs.get("kernel") != "kiln_add_table_s8" or table[0] is None
+                  or table[0].dtype != "int32"):
+        raise OpError("a third input is only kiln_add_table_s8's int32 table")
+    return elementwise(node, [a, b])
+
+
+for _name in ("add", "sub"):
+    op(_name, "kernel", frozenset({"float32", "int8"}))(_add_sub)
+for _name in ("mul", "maximum", "minimum"):
     op(_name, "kernel", frozenset({"float32", "int8"}))(elementwise)
 op("div", "kernel", FLOAT)(elementwise)
 
