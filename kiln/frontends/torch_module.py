@@ -145,7 +145,7 @@ def _installed_roots() -> list[Path]:
     """Folders whose modules belong to the environment, not to a model: the Python installation and Kiln."""
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, site.getusersitepackages()}
     roots.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
-    roots.add(str(Path(__file__).resolve().parents[1]))  # the toolchain package
+    roots.add(str(Path(__file__).resolve().parents[1]))  # the kiln package
     return [Path(r).resolve() for r in sorted(roots)]
 
 
