@@ -13,7 +13,6 @@ equal the integer reference executor's bit for bit.
 """
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
@@ -174,8 +173,6 @@ def test_tiled_plans_bit_exact_on_host_sanitized(cases, tmp_path):
             assert all(np.array_equal(a, b) for a, b in zip(g, w)), name
 
 
-@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
-                    reason="the Cortex-M4 toolchain is installed by scripts/setup.sh")
 def test_tiled_plans_bit_exact_on_cortex_m4(cases, tmp_path):
     sources, headers = _sources(cases, tmp_path)
     models = [firmware_model(name, header) for name, header in zip(cases, headers)]
