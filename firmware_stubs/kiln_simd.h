@@ -95,6 +95,12 @@ static inline uint32_t kiln_load4(const int8_t *p)
     return v;
 }
 
+/* One little-endian word as four int8 values at any alignment (an STR on Cortex-M). */
+static inline void kiln_store4(int8_t *p, uint32_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
 /* Sum of n int8 values, for the weights that meet padded input positions. */
 static inline uint32_t kiln_sum_s8(const int8_t *w, int32_t n)
 {
@@ -498,6 +504,23 @@ static inline int32_t kiln_rq2_apply(int32_t mult, int32_t round, int32_t shift,
     return u >> shift; /* GCC shifts signed values arithmetically */
 #else
     return kiln_asr32(u, shift);
+#endif
+}
+
+/* The same requantization with the parameters as the kernel gets them, each in one instruction: with
+ * e1 = e - 1 = ~shift and zp21 = 2 * zp + 1, round = zp21 * 2^e1, and the shift by e is one by e1 then
+ * one by 1, which SSAT takes as its operand shift (floor divisions compose). Returns the int8-saturated
+ * value. */
+static inline int32_t kiln_rq2_sat8(int32_t mult, int32_t e1, int32_t zp21, int32_t t)
+{
+    const int32_t u = kiln_smmlar(t, mult, (int32_t)((uint32_t)zp21 << e1)) - (int32_t)((uint32_t)t >> 31);
+#ifdef KILN_SIMD_DSP
+    int32_t r;
+    __asm__("ssat %0, #8, %1, asr #1" : "=r"(r) : "r"(u >> e1));
+    return r;
+#else
+    const int32_t v = kiln_asr32(kiln_asr32(u, e1), 1);
+    return v < -128 ? -128 : v > 127 ? 127 : v;
 #endif
 }
 

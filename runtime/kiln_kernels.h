@@ -48,9 +48,11 @@ extern "C" {
 /* KILN_RQ_FAST: every output channel's shift lies in [-23, -1] with a multiplier above 0, and every
  * accumulator (the folded bias plus any partial sum of products, for any int8 input) lies in
  * (-2^30, 2^30): requantization can run on the doubled accumulator in 32 bits (kiln_simd.h).
- * KILN_RQ_FULL: act_min = -128 and act_max = 127, so saturating to int8 is the whole clamp. */
+ * KILN_RQ_FULL: act_min = -128 and act_max = 127, so saturating to int8 is the whole clamp.
+ * KILN_RQ_UNIFORM (fully connected layers): every output channel has the same multiplier and shift. */
 #define KILN_RQ_FAST 1
 #define KILN_RQ_FULL 2
+#define KILN_RQ_UNIFORM 4
 
 /* ---- convolution and fully connected, int8 ------------------------------ */
 
@@ -105,9 +107,10 @@ void kiln_depthwise_conv2d_s8(const kiln_depthwise_conv2d_s8_params_t *p, const 
                               const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y,
                               void *scratch);
 
-/* y[b][o] = requantize(bias[o] + sum_i x[b][i] * w[o][i]). */
+/* y[b][o] = requantize(bias[o] + sum_i x[b][i] * w[o][i]). With KILN_RQ_FAST, up to 16 input features
+ * take a path with the input row widened once into registers and each weight row read as whole words. */
 typedef struct {
-    int32_t batches, in_features, out_features, out_zp, act_min, act_max;
+    int32_t batches, in_features, out_features, out_zp, act_min, act_max, requant;
 } kiln_fully_connected_s8_params_t;
 void kiln_fully_connected_s8(const kiln_fully_connected_s8_params_t *p, const int8_t *x, const int8_t *w,
                              const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y);

@@ -22,7 +22,7 @@ from kiln.config import validate
 from kiln.host import model_prefix
 from kiln.ir.graph import Graph, QuantParams, Tensor
 from kiln.lower import lower
-from kiln.lower.specialize import KILN_RQ_FAST, KILN_RQ_FULL
+from kiln.lower.specialize import KILN_RQ_FAST, KILN_RQ_FULL, KILN_RQ_UNIFORM
 from kiln.model_table import firmware_model
 from kiln.plan import plan
 from kiln.reference.executor import run
@@ -76,6 +76,25 @@ def zoo_case(rng: np.random.Generator, op: str, shape: tuple, oc: int, kernel: t
     return g, feeds
 
 
+# (rows, in_features, out_features, one multiplier for all channels) of fully connected layers with few
+# inputs: every group count and k % 4, channel counts not divisible by 4 or 16, the zoo's AD 8>128.
+FC_FEW = [(1, 1, 7, False), (2, 2, 5, True), (3, 3, 19, False), (1, 4, 6, True), (1, 5, 33, True), (5, 6, 3, False),
+          (1, 7, 2, True), (1, 8, 128, False), (2, 8, 17, True), (1, 9, 13, False), (3, 12, 10, True), (1, 16, 37, False)]
+
+
+def fc_few_case(rng: np.random.Generator, rows: int, k: int, oc: int, uniform: bool) -> tuple[Graph, dict[str, np.ndarray]]:
+    """A fully connected layer of FC_FEW over the whole int8 output range (KILN_RQ_FULL)."""
+    scales = (float(rng.uniform(0.002, 0.02)),) if uniform else tuple(float(s) for s in rng.uniform(0.002, 0.02, oc))
+    weights = Tensor("w", (oc, k), "int8", quant=QuantParams(scales, (0,) * len(scales), None if uniform else 0),
+                     data=random_int8(rng, (oc, k)))
+    bias = Tensor("b", (oc,), "int32", data=rng.integers(-2**12, 2**12, oc).astype(np.int32))
+    g = single_node("fully_connected", [act("x", (rows, k), q(0.02, int(rng.integers(-128, 128)))), weights, bias],
+                    [act("y", (rows, oc), q(0.05, 0))], {})
+    feeds = {"x": random_int8(rng, (rows, k))}
+    _calibrate(rng, g, feeds)
+    return g, feeds
+
+
 def narrow_add_case(rng: np.random.Generator, b_shape: tuple[int, ...]) -> tuple[Graph, dict[str, np.ndarray]]:
     """An add whose output scale is far below its inputs' (most outputs saturate): with operands of one
     shape an output shift below the table add's SSAT-shift loops, so its loop shifts with ASR; with b
@@ -94,6 +113,7 @@ def all_cases() -> list[tuple[str, Graph, dict[str, np.ndarray], int]]:
               for op in sorted(BLOCK_CASES) for seed in range(WITHOUT_SCRATCH)]
     cases += [(f"zoo_{i}{tag}", *zoo_case(np.random.default_rng([i, 65]), *layer), size)
               for i, layer in enumerate(ZOO_LAYERS) for tag, size in (("", limit), ("_bare", 0))]
+    cases += [(f"fc_few_{i}", *fc_few_case(np.random.default_rng([i, 67]), *shape), limit) for i, shape in enumerate(FC_FEW)]
     cases += [(f"narrow_add_{i}", *narrow_add_case(np.random.default_rng(66), b_shape), limit)
               for i, b_shape in enumerate([(3, 11), (1, 11)])]
     return cases
@@ -121,6 +141,11 @@ TABLE_ADD_SHIFTS = range(14, 23)  # the shifts firmware_stubs/binary.c's table a
 def kernel_path(node) -> str:
     """Which path of its kernel a call takes, from its parameters (firmware_stubs/*.c)."""
     kernel, p = node.attrs["kernel"], dict(zip(node.attrs["param_names"], node.attrs["params"]))
+    if kernel == "kiln_fully_connected_s8" and p["requant"] & KILN_RQ_FAST and p["in_features"] <= 16:
+        k, groups = p["in_features"], -(-p["in_features"] // 4)  # the safe channels: firmware_stubs/matmul_s8.c
+        asm = p["requant"] & KILN_RQ_FULL and groups <= 2 and p["out_features"] - (4 * groups - 1) // k >= 2
+        uniform = ", uniform" if asm and p["requant"] & KILN_RQ_UNIFORM else ""
+        return f"fully connected few inputs, {'assembly' if asm else 'C'}{uniform}"
     if kernel == "kiln_add_table_s8":
         return "table add, SSAT shift" if p["out_shift"] in TABLE_ADD_SHIFTS else "table add, ASR"
     if kernel not in ("kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_conv2d_add_s8", "kiln_depthwise_conv2d_s8"):
@@ -147,7 +172,9 @@ def test_every_kernel_family_and_path_is_covered(image):
     assert {"conv columns", "conv channels", "conv large", "kiln_conv2d_1x1_s8 without scratch",
             "kiln_depthwise_conv2d_s8 without scratch", "depthwise 3x3 rows, stride 1", "depthwise 3x3 rows, stride 2",
             "depthwise strips", "kiln_conv2d_s8 blocks", "kiln_conv2d_1x1_s8 blocks", "kiln_conv2d_add_s8 blocks",
-            "table add, SSAT shift", "table add, ASR", "kiln_fully_connected_s8", "kiln_add_s8"} <= paths, paths
+            "table add, SSAT shift", "table add, ASR", "kiln_fully_connected_s8", "kiln_add_s8",
+            "fully connected few inputs, assembly", "fully connected few inputs, assembly, uniform",
+            "fully connected few inputs, C"} <= paths, paths
     for kernel in ("kiln_conv2d_s8", "kiln_conv2d_1x1_s8"):
         for rest in range(4):
             assert any(p.startswith(f"{kernel} rows, k % 4 = {rest}") for p in paths), (kernel, rest)

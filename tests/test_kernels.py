@@ -25,7 +25,7 @@ from kiln.ir.serialize import dumps, loads
 from kiln.ir.verify import verify
 from kiln.lower import lower
 from kiln.lower.abi import KERNELS
-from kiln.lower.specialize import KILN_RQ_FAST, KILN_RQ_FULL
+from kiln.lower.specialize import KILN_RQ_FAST, KILN_RQ_FULL, KILN_RQ_UNIFORM
 from kiln.reference import float_ops  # noqa: F401  (registers the float implementations)
 from kiln.reference.executor import FLOAT_IMPLS, run
 from kiln.reference.int8 import INT8_IMPLS
@@ -438,6 +438,7 @@ BLOCK_CASES = {
     "depthwise_conv2d": lambda rng: conv_case(rng, "int8", "depthwise_conv2d", channels=(3, 4, 5, 8, 12, 13, 16),
                                               size_range=(1, 11), k_range=(1, 4)),
     "fully_connected": lambda rng: fc_case(rng, "int8", most=(3, 70, 9)),
+    "fully_connected_few": lambda rng: fc_case(rng, "int8", most=(5, 16, 37)),  # 16 inputs or fewer: unrolled rows
     "residual": residual_case,
     "table_add": table_add_case,
     "requant_sweep": requant_sweep_case,
@@ -512,6 +513,25 @@ def test_blocked_cases_reach_every_fast_path(lib):
     for kernel in ("kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8", "kiln_conv2d_add_s8"):
         for facts in (KILN_RQ_FAST | KILN_RQ_FULL, KILN_RQ_FAST, KILN_RQ_FULL):
             assert (kernel, facts, True) in seen, (kernel, facts)
+
+
+def test_few_input_fully_connected_cases_reach_every_instance(lib):
+    """The blocked fully_connected_few cases take the few-input path (KILN_RQ_FAST, at most 16 inputs) with
+    every group count, every k % 4, channel counts that leave 1 to 3 channels after the 4-channel blocks,
+    several rows, and each specialised requantization (shared parameters, whole int8 range, narrower)."""
+    seen = set()
+    for seed in range(3 * CASES):
+        graph, feeds = BLOCK_CASES["fully_connected_few"](np.random.default_rng([seed, 16]))
+        node = lower(graph, CONFIG).nodes[0]
+        p = dict(zip(node.attrs["param_names"], node.attrs["params"]))
+        if p["requant"] & KILN_RQ_FAST:
+            k, cols = p["in_features"], p["out_features"]
+            seen |= {("groups", -(-k // 4)), ("k % 4", k % 4), ("facts", p["requant"]), ("rows > 1", p["batches"] > 1),
+                     ("cols % 4", cols % 4)}
+    assert {("groups", g) for g in range(1, 5)} | {("k % 4", r) for r in range(4)} <= seen, seen
+    assert {("cols % 4", r) for r in range(4)} | {("rows > 1", True)} <= seen, seen
+    full, uniform = KILN_RQ_FAST | KILN_RQ_FULL, KILN_RQ_FAST | KILN_RQ_FULL | KILN_RQ_UNIFORM
+    assert {("facts", full), ("facts", uniform)} <= seen and any(f & KILN_RQ_FULL == 0 for t, f in seen if t == "facts"), seen
 
 
 def _run_with_scratch(lib, lowered, feeds, size: int) -> tuple[dict, bool]:

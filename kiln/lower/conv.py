@@ -7,7 +7,7 @@ import numpy as np
 
 from kiln.ir.graph import Node, Tensor
 from kiln.lower.common import Site, Unsupported, constant_data, four_d, qparams
-from kiln.lower.specialize import add_table, conv_add_scratch, depthwise_scratch, gemm_scratch, requant_facts
+from kiln.lower.specialize import add_table, conv_add_scratch, depthwise_scratch, gemm_scratch, requant_facts, uniform_fact
 from kiln.numerics.fixedpoint import activation_range, wrap_int32
 from kiln.numerics.params import add_params, channel_multipliers, mul_multiplier
 
@@ -140,5 +140,6 @@ def lower_fully_connected(site: Site) -> list[Node]:
     dims = dict(batches=batches, in_features=in_features, out_features=out_features)
     if not site.int8:
         return [site.call("kiln_fully_connected_f32", _float_inputs(site, out_features), **dims, **site.act_bits())]
-    inputs, quant, _ = _int8_constants(site, 0, (1,))
-    return [site.call("kiln_fully_connected_s8", inputs, **dims, **quant)]
+    inputs, quant, facts = _int8_constants(site, 0, (1,))
+    mult, shift = (constant_data(site.graph.tensors[name], name) for name in inputs[3:5])
+    return [site.call("kiln_fully_connected_s8", inputs, **dims, **quant, requant=facts | uniform_fact(mult, shift))]

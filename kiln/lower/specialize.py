@@ -5,7 +5,9 @@
   accumulator can leave (-2^30, 2^30): the folded bias plus 128 times the sum
   of the channel's absolute weights bounds every partial sum, since every
   input value (a padded position's zero point included) lies in [-128, 127].
-  FULL holds when the activation range is the whole int8 range.
+  FULL holds when the activation range is the whole int8 range. UNIFORM
+  (given to fully connected layers) holds when every channel shares one
+  multiplier and shift, so the kernel loads them once.
 - `*_scratch`: the arena bytes a kernel's scratch path needs, the formulas
   stated with each kernel in the header; 0 when that exceeds
   `kernels.scratch_limit`, so the kernel takes its path without scratch.
@@ -24,6 +26,7 @@ from kiln.numerics.params import AddParams
 
 KILN_RQ_FAST = 1
 KILN_RQ_FULL = 2
+KILN_RQ_UNIFORM = 4
 FAST_SHIFTS = range(-23, 0)
 ACC_BOUND = 2**30
 INPUT_BOUND = 128
@@ -37,6 +40,11 @@ def requant_facts(bias: np.ndarray, weights: np.ndarray, channel_axis: int, mult
     fast = bool(np.all(bound < ACC_BOUND) and np.all(mult > 0) and all(int(s) in FAST_SHIFTS for s in shift))
     full = act_min == -128 and act_max == 127
     return (KILN_RQ_FAST if fast else 0) | (KILN_RQ_FULL if full else 0)
+
+
+def uniform_fact(mult: np.ndarray, shift: np.ndarray) -> int:
+    """KILN_RQ_UNIFORM when every channel has the same multiplier and shift."""
+    return KILN_RQ_UNIFORM if len(set(zip(np.asarray(mult).tolist(), np.asarray(shift).tolist()))) == 1 else 0
 
 
 def depthwise_scratch(geo: dict[str, int], limit: int) -> int:
