@@ -51,24 +51,28 @@ void kiln_gemm_fill(uint32_t *at, uint32_t v2, int32_t groups)
 }
 
 #ifdef KILN_SIMD_DSP
-/* a0..a3 (pixels 0..3) += the block's groups [px, end) times the weights from w (one word per group).
- * r4, r5, r6, r8 take LDM's lanes (ascending registers, avoiding the frame pointer r7). */
+/* One group: a weight word widened, met by the four pixels' lanes at px. r4, r5, r6, r8 take LDM's lanes
+ * (ascending registers, avoiding the frame pointer r7). */
+#define KILN_GEMM4_GROUP                                                                                     \
+    "ldr %[wo], [%[w]], #4\n\t"                                                                               \
+    "sxtb16 %[we], %[wo]\n\t"                                                                                 \
+    "sxtb16 %[wo], %[wo], ror #8\n\t"                                                                         \
+    "ldm %[px]!, {r4, r5, r6, r8}\n\t"                                                                        \
+    "smlad %[a0], r4, %[we], %[a0]\n\t"                                                                       \
+    "smlad %[a0], r5, %[wo], %[a0]\n\t"                                                                       \
+    "smlad %[a1], r6, %[we], %[a1]\n\t"                                                                       \
+    "smlad %[a1], r8, %[wo], %[a1]\n\t"                                                                       \
+    "ldm %[px]!, {r4, r5, r6, r8}\n\t"                                                                        \
+    "smlad %[a2], r4, %[we], %[a2]\n\t"                                                                       \
+    "smlad %[a2], r5, %[wo], %[a2]\n\t"                                                                       \
+    "smlad %[a3], r6, %[we], %[a3]\n\t"                                                                       \
+    "smlad %[a3], r8, %[wo], %[a3]\n\t"
+
+/* a0..a3 (pixels 0..3) += the block's groups [px, end) times the weights from w (one word per group). */
 #define KILN_GEMM4_ASM(REPS)                                                                                 \
     __asm__ volatile("1:\n\t"                                                                                 \
                      ".rept " #REPS "\n\t"                                                                    \
-                     "ldr %[wo], [%[w]], #4\n\t"                                                              \
-                     "sxtb16 %[we], %[wo]\n\t"                                                                \
-                     "sxtb16 %[wo], %[wo], ror #8\n\t"                                                        \
-                     "ldm %[px]!, {r4, r5, r6, r8}\n\t"                                                       \
-                     "smlad %[a0], r4, %[we], %[a0]\n\t"                                                      \
-                     "smlad %[a0], r5, %[wo], %[a0]\n\t"                                                      \
-                     "smlad %[a1], r6, %[we], %[a1]\n\t"                                                      \
-                     "smlad %[a1], r8, %[wo], %[a1]\n\t"                                                      \
-                     "ldm %[px]!, {r4, r5, r6, r8}\n\t"                                                       \
-                     "smlad %[a2], r4, %[we], %[a2]\n\t"                                                      \
-                     "smlad %[a2], r5, %[wo], %[a2]\n\t"                                                      \
-                     "smlad %[a3], r6, %[we], %[a3]\n\t"                                                      \
-                     "smlad %[a3], r8, %[wo], %[a3]\n\t"                                                      \
+                     KILN_GEMM4_GROUP                                                                         \
                      ".endr\n\t"                                                                              \
                      "cmp %[px], %[end]\n\t"                                                                  \
                      "bne 1b\n\t"                                                                             \
@@ -160,19 +164,7 @@ void kiln_gemm_prepare(const kiln_gemm_t *g)
                      "ldr %[px], %[cols]\n\t"                                                                 \
                      "1:\n\t"                                                                                 \
                      ".rept " #REPS "\n\t"                                                                    \
-                     "ldr %[wo], [%[w]], #4\n\t"                                                              \
-                     "sxtb16 %[we], %[wo]\n\t"                                                                \
-                     "sxtb16 %[wo], %[wo], ror #8\n\t"                                                        \
-                     "ldm %[px]!, {r4, r5, r6, r8}\n\t"                                                       \
-                     "smlad %[a0], r4, %[we], %[a0]\n\t"                                                      \
-                     "smlad %[a0], r5, %[wo], %[a0]\n\t"                                                      \
-                     "smlad %[a1], r6, %[we], %[a1]\n\t"                                                      \
-                     "smlad %[a1], r8, %[wo], %[a1]\n\t"                                                      \
-                     "ldm %[px]!, {r4, r5, r6, r8}\n\t"                                                       \
-                     "smlad %[a2], r4, %[we], %[a2]\n\t"                                                      \
-                     "smlad %[a2], r5, %[wo], %[a2]\n\t"                                                      \
-                     "smlad %[a3], r6, %[we], %[a3]\n\t"                                                      \
-                     "smlad %[a3], r8, %[wo], %[a3]\n\t"                                                      \
+                     KILN_GEMM4_GROUP                                                                         \
                      ".endr\n\t"                                                                              \
                      "ldr %[wo], %[dend]\n\t"                                                                 \
                      "cmp %[px], %[wo]\n\t"                                                                   \
