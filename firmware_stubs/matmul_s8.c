@@ -73,7 +73,7 @@ static void kiln_matmul_s8(const int8_t *x, const int8_t *w, int32_t rows, int32
  * G = ceil(k / 4) pairs of lane words (zero past k), then per output channel G weight words (the row
  * read on into the next one where k % 4 != 0, meeting zero lanes), 2 SXTB16 and 2 SMLAD each, the
  * doubled accumulator requantized with kiln_rq2_sat8. The last channels, whose words would read past
- * the weights, go through a zero-padded copy. On the DSP path, with G <= 2 and KILN_RQ_FULL, pairs of
+ * the weights, go through a zero-padded copy. On the DSP path, with k <= 8 and KILN_RQ_FULL, pairs of
  * channels run in one assembly loop with the input lanes in registers (and with KILN_RQ_UNIFORM the
  * multiplier, shift and rounding term too); elsewhere four channels at a time are stored as one word. */
 #define KILN_FC_FEW_MAX 16
@@ -144,32 +144,24 @@ static int32_t kiln_fc_few_out(const kiln_fc_few_t *f, const uint32_t *xl, const
                      : [x0] "r"(xl[0]), [x1] "r"(xl[1]), [x2] "r"(xl[2]), [x3] "r"(xl[3]), [m] "r"(m),         \
                        [e1] "r"(e1), [rnd] "r"(rnd), [yend] "m"(yend), [adjust] "m"(adjust)                   \
                      : "cc", "memory")
-#define KILN_FC_DOT1 KILN_FC_GROUP("x0", "x1")
 #define KILN_FC_DOT2 KILN_FC_GROUP("x0", "x1") KILN_FC_GROUP("x2", "x3")
 #define KILN_FC_ADJUST "ldr %[wo], %[adjust]\n\tadd %[w], %[w], %[wo]\n\t"
 
-/* Channels [0, n) (n even, > 0) of one row, G = groups <= 2, KILN_RQ_FULL. */
-KILN_ASM_BLOCK kiln_fc_few_dsp(const kiln_fc_few_t *f, const uint32_t *xl, int8_t *y, int32_t n, int32_t groups)
+/* Channels [0, n) (n even, > 0) of one row, k <= 8, KILN_RQ_FULL: two groups (a row of up to 4 values reads
+ * on into its successor, meeting zero lanes), the pointer moved back by 8 - k after each. */
+KILN_ASM_BLOCK kiln_fc_few_dsp(const kiln_fc_few_t *f, const uint32_t *xl, int8_t *y, int32_t n)
 {
     const int8_t *w = f->w, *yend = y + n;
     const int32_t *bias = f->bias, *mult = f->mult, *shift = f->shift;
-    const int32_t adjust = f->k - 4 * groups, zp21 = f->zp21;
+    const int32_t adjust = f->k - 8, zp21 = f->zp21;
     uint32_t acc, we, wo, rt;
     if (f->uniform) {
         const int32_t m = mult[0], e1 = ~shift[0], rnd = (int32_t)((uint32_t)zp21 << e1);
-        if (groups == 1 && adjust == 0) {
-            KILN_FC_ASM_UNIFORM(KILN_FC_DOT1, "");
-        } else if (groups == 1) {
-            KILN_FC_ASM_UNIFORM(KILN_FC_DOT1, KILN_FC_ADJUST);
-        } else if (adjust == 0) {
+        if (adjust == 0) {
             KILN_FC_ASM_UNIFORM(KILN_FC_DOT2, "");
         } else {
             KILN_FC_ASM_UNIFORM(KILN_FC_DOT2, KILN_FC_ADJUST);
         }
-    } else if (groups == 1 && adjust == 0) {
-        KILN_FC_ASM_CHANNEL(KILN_FC_DOT1, "");
-    } else if (groups == 1) {
-        KILN_FC_ASM_CHANNEL(KILN_FC_DOT1, KILN_FC_ADJUST);
     } else if (adjust == 0) {
         KILN_FC_ASM_CHANNEL(KILN_FC_DOT2, "");
     } else {
@@ -197,9 +189,9 @@ static void kiln_fc_few(const kiln_fc_few_t *f)
         }
         o = 0;
 #ifdef KILN_SIMD_DSP
-        if (f->full && groups <= 2 && safe >= 2) {
-            o = safe & ~1;
-            kiln_fc_few_dsp(f, xl, y, o, groups);
+        if (f->full && k <= 8 && cols - 7 / k >= 2) {
+            o = (cols - 7 / k) & ~1; /* the channels whose 8 bytes end inside w */
+            kiln_fc_few_dsp(f, xl, y, o);
         }
 #endif
         for (; o + 4 <= safe; o += 4) {

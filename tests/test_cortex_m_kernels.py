@@ -78,7 +78,7 @@ def zoo_case(rng: np.random.Generator, op: str, shape: tuple, oc: int, kernel: t
 
 # (rows, in_features, out_features, one multiplier for all channels) of fully connected layers with few
 # inputs: every group count and k % 4, channel counts not divisible by 4 or 16, the zoo's AD 8>128.
-FC_FEW = [(1, 1, 7, False), (2, 2, 5, True), (3, 3, 19, False), (1, 4, 6, True), (1, 5, 33, True), (5, 6, 3, False),
+FC_FEW = [(1, 1, 11, False), (2, 2, 5, True), (3, 3, 19, False), (1, 4, 6, True), (1, 5, 33, True), (5, 6, 3, False),
           (1, 7, 2, True), (1, 8, 128, False), (2, 8, 17, True), (1, 9, 13, False), (3, 12, 10, True), (1, 16, 37, False)]
 
 
@@ -142,8 +142,8 @@ def kernel_path(node) -> str:
     """Which path of its kernel a call takes, from its parameters (firmware_stubs/*.c)."""
     kernel, p = node.attrs["kernel"], dict(zip(node.attrs["param_names"], node.attrs["params"]))
     if kernel == "kiln_fully_connected_s8" and p["requant"] & KILN_RQ_FAST and p["in_features"] <= 16:
-        k, groups = p["in_features"], -(-p["in_features"] // 4)  # the safe channels: firmware_stubs/matmul_s8.c
-        asm = p["requant"] & KILN_RQ_FULL and groups <= 2 and p["out_features"] - (4 * groups - 1) // k >= 2
+        k = p["in_features"]  # the channels whose 8 weight bytes end inside the array: firmware_stubs/matmul_s8.c
+        asm = p["requant"] & KILN_RQ_FULL and k <= 8 and p["out_features"] - 7 // k >= 2
         uniform = ", uniform" if asm and p["requant"] & KILN_RQ_UNIFORM else ""
         return f"fully connected few inputs, {'assembly' if asm else 'C'}{uniform}"
     if kernel == "kiln_add_table_s8":
