@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from kernel_harness import STUBS, model_requantize
 from kiln import host
-from kiln.lower.specialize import KILN_RQ_FAST, KILN_RQ_FULL, add_table, depthwise_scratch, gemm_scratch, requant_facts
+from kiln.lower.specialize import (KILN_RQ_FAST, KILN_RQ_FULL, KILN_RQ_UNIFORM, add_table, depthwise_scratch, gemm_scratch,
+                                   requant_facts, uniform_fact)
 from kiln.numerics.fixedpoint import clamp, requantize, wrap_int32
 from kiln.numerics.params import add_params
 
@@ -71,18 +72,29 @@ def requant_c(tmp_path_factory) -> Path:
 
 
 def test_c_fast_requantization_matches_formula(requant_c):
+    """kiln_rq2_apply, and kiln_rq2_sat8 (the same from the kernel's shift and zero point, saturated)."""
     rng = np.random.default_rng(7)
     cases = []
     for _ in range(20000):
         acc = int(rng.choice([rng.integers(-ACC + 1, ACC), rng.integers(-5000, 5000)]))
         mult = int(rng.choice([rng.integers(2**30, 2**31), 2**30]))
-        e, rnd = constants(mult, -int(rng.integers(1, 24)), int(rng.integers(-128, 128)))
-        cases.append((2 * acc, mult, rnd, e))
-    payload = b"".join(struct.pack("<4i", *c) for c in cases)
+        zp = int(rng.integers(-128, 128))
+        e, rnd = constants(mult, -int(rng.integers(1, 24)), zp)
+        cases.append((2 * acc, mult, rnd, e, zp))
+    payload = b"".join(struct.pack("<5i", *c) for c in cases)
     proc = subprocess.run([str(requant_c)], input=payload, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
-    got = struct.unpack(f"<{len(cases)}i", proc.stdout)
-    assert list(got) == [fast_requantize(*c)[0] for c in cases]
+    got = struct.unpack(f"<{2 * len(cases)}i", proc.stdout)
+    want = [fast_requantize(*c[:4])[0] for c in cases]
+    assert list(got[0::2]) == want
+    assert list(got[1::2]) == [min(127, max(-128, v)) for v in want]
+
+
+def test_uniform_fact_needs_one_multiplier_and_shift():
+    assert uniform_fact(np.array([2**30] * 3), np.array([-5] * 3)) == KILN_RQ_UNIFORM
+    assert uniform_fact(np.array([2**30]), np.array([-5])) == KILN_RQ_UNIFORM
+    assert uniform_fact(np.array([2**30, 2**30 + 1]), np.array([-5, -5])) == 0
+    assert uniform_fact(np.array([2**30, 2**30]), np.array([-5, -6])) == 0
 
 
 def test_requant_facts_hold_exactly_to_their_bounds():

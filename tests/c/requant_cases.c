@@ -1,7 +1,8 @@
 /* Runs the fast requantization of firmware_stubs/kiln_simd.h (the portable
- * path the host build compiles) on cases read from stdin, each four
- * little-endian int32: the doubled accumulator t, mult, round, shift; writes
- * kiln_rq2_apply's int32 result for each. */
+ * path the host build compiles) on cases read from stdin, each five
+ * little-endian int32: the doubled accumulator t, mult, round, the right
+ * shift e, the output zero point (round's); writes for each kiln_rq2_apply's
+ * int32 result and kiln_rq2_sat8's (from the kernel's shift -e and zp). */
 #include <stdio.h>
 
 #include "kiln_simd.h"
@@ -18,10 +19,10 @@ static int read_i32(int32_t *v)
 
 int main(void)
 {
-    int32_t t, mult, round, shift;
-    while (read_i32(&t) && read_i32(&mult) && read_i32(&round) && read_i32(&shift)) {
-        const int32_t r = kiln_rq2_apply(mult, round, shift, t);
-        if (fwrite(&r, sizeof r, 1, stdout) != 1) {
+    int32_t t, mult, round, shift, zp;
+    while (read_i32(&t) && read_i32(&mult) && read_i32(&round) && read_i32(&shift) && read_i32(&zp)) {
+        const int32_t r[2] = {kiln_rq2_apply(mult, round, shift, t), kiln_rq2_sat8(mult, ~(-shift), 2 * zp + 1, t)};
+        if (fwrite(r, sizeof r[0], 2, stdout) != 2) {
             return 1;
         }
     }
