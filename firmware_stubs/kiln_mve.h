@@ -85,40 +85,25 @@ static inline void kiln_mve_store4(const kiln_mve_rq_t *r, const int32_t acc[4],
 }
 
 /* acc[j] += x . w_j over 16 * n int8 values (0 < n), weight rows w_j = w + j * k: per 16 values one load
- * of x, one of each row and four VMLADAVA (which takes even accumulator registers only, hence the fixed
- * registers), in a low-overhead loop. Assembly: GCC spills the accumulators of the same C. */
+ * of x, one of each row and four VMLADAVA. */
 static inline __attribute__((always_inline)) void kiln_mve_dot4_blocks(int32_t acc[4], const int8_t *x,
                                                                      const int8_t *w, int32_t k, int32_t n)
 {
-    register int32_t a0 __asm__("r0") = acc[0];
-    register int32_t a1 __asm__("r2") = acc[1];
-    register int32_t a2 __asm__("r4") = acc[2];
-    register int32_t a3 __asm__("r6") = acc[3];
-    register int32_t count __asm__("lr") = n;
-    const int8_t *w0 = w, *w1 = w + k, *w2 = w1 + k, *w3 = w2 + k;
-    int8x16_t u, v;
-    __asm__ volatile("dls lr, lr\n"
-                     "1:\n\t"
-                     "vldrb.8 %q[u], [%[x]], #16\n\t"
-                     "vldrb.8 %q[v], [%[w0]], #16\n\t"
-                     "vmladava.s8 %[a0], %q[u], %q[v]\n\t"
-                     "vldrb.8 %q[v], [%[w1]], #16\n\t"
-                     "vmladava.s8 %[a1], %q[u], %q[v]\n\t"
-                     "vldrb.8 %q[v], [%[w2]], #16\n\t"
-                     "vmladava.s8 %[a2], %q[u], %q[v]\n\t"
-                     "vldrb.8 %q[v], [%[w3]], #16\n\t"
-                     "vmladava.s8 %[a3], %q[u], %q[v]\n\t"
-                     "le lr, 1b\n\t"
-                     : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [x] "+r"(x), [w0] "+r"(w0),
-                       [w1] "+r"(w1), [w2] "+r"(w2), [w3] "+r"(w3), [u] "=&w"(u), [v] "=&w"(v), [n] "+r"(count)
-                     :
-                     : "memory");
+    const int8_t *w1 = w + k, *w2 = w1 + k, *w3 = w2 + k;
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    for (; n > 0; n--, x += 16, w += 16, w1 += 16, w2 += 16, w3 += 16) {
+        const int8x16_t u = vldrbq_s8(x);
+        a0 = vmladavaq_s8(a0, u, vldrbq_s8(w));
+        a1 = vmladavaq_s8(a1, u, vldrbq_s8(w1));
+        a2 = vmladavaq_s8(a2, u, vldrbq_s8(w2));
+        a3 = vmladavaq_s8(a3, u, vldrbq_s8(w3));
+    }
     acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
 }
 
 /* acc[j] += x . w_j over len int8 values, weight rows w_j = w + j * k: whole blocks of 16, then a
  * tail-predicated one (zero in the unused lanes). */
-static inline void kiln_mve_dot4(int32_t acc[4], const int8_t *x, const int8_t *w, int32_t k, int32_t len)
+static inline __attribute__((always_inline)) void kiln_mve_dot4(int32_t acc[4], const int8_t *x, const int8_t *w, int32_t k, int32_t len)
 {
     const int32_t whole = len & ~15;
     if (whole > 0) {
@@ -148,22 +133,28 @@ static inline int32_t kiln_mve_dot(const int8_t *x, const int8_t *w, int32_t k)
     return a;
 }
 
-/* Output channels [o, o + 4) of one pixel (or row) x: requantize(bias + x . w_j), w_j = w + (o + j) * k, the
- * dot products over len values (len = k, or the zero-padded column's length when the weight reads past k stay
- * inside the weights); a last group of fewer than 4 channels one dot each, over k. */
-static inline void kiln_mve_group(const kiln_mve_rq_t *q, const int8_t *x, const int8_t *w, const int32_t *bias,
-                                  int32_t o, int32_t n_c, int32_t k, int32_t len, int8_t *y)
+/* Output channels [o, o + 4) of `rows` rows (pixels) x_r = x + r * x_step: y_r[o + j] = requantize(bias[o + j]
+ * + x_r . w_{o + j}), y_r = y + r * y_step, weight rows w + (o + j) * k; the dot products over len values
+ * (k, or a zero-padded column's length when the weight reads past k stay inside the weights). A last
+ * group of fewer than 4 channels (o + 4 > n_c) one dot each, over k. Out of line: the assembly needs
+ * the registers its callers' loops hold. */
+static __attribute__((noinline, unused)) void kiln_mve_rows4(const kiln_mve_rq_t *q, const int8_t *x, int32_t x_step,
+                                                            int32_t rows, const int8_t *w, const int32_t *bias,
+                                                            int32_t o, int32_t n_c, int32_t k, int32_t len, int8_t *y,
+                                                            int32_t y_step)
 {
-    int32_t acc[4], j;
-    if (n_c - o >= 4) {
-        acc[0] = bias[o], acc[1] = bias[o + 1], acc[2] = bias[o + 2], acc[3] = bias[o + 3];
-        kiln_mve_dot4(acc, x, w + o * k, k, len);
-    } else {
-        for (j = 0; j < 4; j++) {
-            acc[j] = o + j < n_c ? bias[o + j] + kiln_mve_dot(x, w + (o + j) * k, k) : 0;
+    int32_t acc[4], r, j;
+    for (r = 0; r < rows; r++, x += x_step, y += y_step) {
+        if (n_c - o >= 4) {
+            acc[0] = bias[o], acc[1] = bias[o + 1], acc[2] = bias[o + 2], acc[3] = bias[o + 3];
+            kiln_mve_dot4(acc, x, w + o * k, k, len);
+        } else {
+            for (j = 0; j < 4; j++) {
+                acc[j] = o + j < n_c ? bias[o + j] + kiln_mve_dot(x, w + (o + j) * k, k) : 0;
+            }
         }
+        kiln_mve_store4(q, acc, y, o, n_c);
     }
-    kiln_mve_store4(q, acc, y, o, n_c);
 }
 
 /* y[r][o] = requantize(bias[o] + x[r] . w[o]) for r < rows, o < cols, vectors of length k: each group of 4
@@ -172,17 +163,17 @@ static inline void kiln_mve_matmul_s8(const int8_t *x, const int8_t *w, int32_t 
                                       const int32_t *bias, const int32_t *mult, const int32_t *shift, int32_t out_zp,
                                       int32_t act_min, int32_t act_max, int8_t *y)
 {
-    int32_t r, o;
+    int32_t o;
     for (o = 0; o < cols; o += 4) {
         const kiln_mve_rq_t q = kiln_mve_rq(mult, shift, o, cols, out_zp, act_min, act_max);
-        for (r = 0; r < rows; r++) {
-            kiln_mve_group(&q, x + r * k, w, bias, o, cols, k, k, y + r * cols);
-        }
+        kiln_mve_rows4(&q, x, k, rows, w, bias, o, cols, k, k, y, cols);
     }
 }
 
-/* Bytes of one gathered conv window the Helium conv path takes (two of them on the stack), a multiple of 16. */
+/* Bytes of one gathered conv window the Helium conv path takes, a multiple of 16, and windows gathered at
+ * a time (on the stack). */
 #define KILN_MVE_COL_MAX 1152
+#define KILN_MVE_COLS 4
 
 /* n bytes from src to dst, 16 at a time, the last vector tail-predicated. */
 static inline void kiln_mve_copy(int8_t *dst, const int8_t *src, int32_t n)
@@ -194,32 +185,29 @@ static inline void kiln_mve_copy(int8_t *dst, const int8_t *src, int32_t n)
     }
 }
 
-/* n copies of v at dst, 16 at a time. */
-static inline void kiln_mve_fill(int8_t *dst, int8x16_t v, int32_t n)
-{
-    int32_t i;
-    for (i = 0; i < n; i += 16) {
-        vstrbq_p_s8(dst + i, v, vctp8q((uint32_t)(n - i)));
-    }
-}
-
 /* A pixel's window (k_h x k_w x in_c, OHWI order) copied to `col`, the input zero point at padded taps and
- * zeros from k up to kp (the next multiple of 16). With dilation 1 a kernel row's in-image taps are one run. */
+ * zeros from k up to kp (the next multiple of 16): the zero point first over the whole window, then the
+ * in-image taps copied over it (with dilation 1, one run per kernel row). */
 static inline void kiln_mve_gather(const kiln_conv2d_s8_params_t *p, const int8_t *img, int32_t iy0, int32_t ix0,
-                                   int32_t kp, int8_t *col)
+                                   int32_t k, int32_t kp, int8_t *col)
 {
     const int32_t c = p->in_c, row_len = p->k_w * c;
-    const int8x16_t zp = vdupq_n_s8((int8_t)p->input_zp);
-    int8_t *const start = col;
-    int32_t ky, kx, lo, hi;
+    int32_t ky, kx, lo, hi, i;
     kiln_tap_range(ix0, p->dil_w, p->k_w, p->in_w, &lo, &hi);
+    for (i = 0; i + 16 <= k; i += 16) {
+        vstrbq_s8(col + i, vdupq_n_s8((int8_t)p->input_zp));
+    }
+    if (i < kp) { /* the last vector: zero point up to k, zeros after */
+        vstrbq_s8(col + i, vdupq_m_n_s8(vdupq_n_s8(0), (int8_t)p->input_zp, vctp8q((uint32_t)(k - i))));
+    }
+    if (hi <= lo) {
+        return;
+    }
     for (ky = 0; ky < p->k_h; ky++, col += row_len) {
         const int32_t iy = iy0 + ky * p->dil_h;
-        if (iy < 0 || iy >= p->in_h || hi <= lo) {
-            kiln_mve_fill(col, zp, row_len);
+        if (iy < 0 || iy >= p->in_h) {
             continue;
         }
-        kiln_mve_fill(col, zp, lo * c);
         if (p->dil_w == 1) {
             kiln_mve_copy(col + lo * c, img + (iy * p->in_w + ix0 + lo) * c, (hi - lo) * c);
         } else {
@@ -227,42 +215,34 @@ static inline void kiln_mve_gather(const kiln_conv2d_s8_params_t *p, const int8_
                 kiln_mve_copy(col + kx * c, img + (iy * p->in_w + ix0 + kx * p->dil_w) * c, c);
             }
         }
-        kiln_mve_fill(col + hi * c, zp, row_len - hi * c);
     }
-    kiln_mve_fill(col, vdupq_n_s8(0), kp - (int32_t)(col - start));
 }
 
-/* kiln_conv2d_s8 for windows of at most KILN_MVE_COL_MAX values: pairs of pixels gathered into two columns
- * (zero-padded to a multiple of 16, so the groups whose weight reads past k stay inside the weights take
- * whole blocks only), each group of 4 output channels against both. Returns 0 when the window is larger
- * (the caller's paths take it). */
+/* kiln_conv2d_s8 for windows of at most KILN_MVE_COL_MAX values: KILN_MVE_COLS pixels at a time gathered
+ * into columns (zero-padded to a multiple of 16, so the groups whose weight reads past k stay inside the
+ * weights take whole blocks only), each group of 4 output channels against all of them. Returns 0 when
+ * the window is larger (the caller's paths take it). */
 static inline int kiln_mve_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w,
                                      const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
 {
     const int32_t k = p->k_h * p->k_w * p->in_c, kp = (k + 15) & ~15, oc_n = p->out_c, pixels = p->out_h * p->out_w;
-    int8_t col[2][KILN_MVE_COL_MAX];
-    int32_t b, i, o;
+    int8_t col[KILN_MVE_COLS][KILN_MVE_COL_MAX];
+    int32_t b, i, j, o, n;
     if (k > KILN_MVE_COL_MAX) {
         return 0;
     }
     for (b = 0; b < p->n; b++) {
         const int8_t *img = x + b * p->in_h * p->in_w * p->in_c;
-        for (i = 0; i < pixels; i += 2) {
-            const int32_t two = i + 1 < pixels;
-            int8_t *y0 = y + (b * pixels + i) * oc_n;
-            kiln_mve_gather(p, img, (i / p->out_w) * p->stride_h - p->pad_top, (i % p->out_w) * p->stride_w - p->pad_left,
-                            kp, col[0]);
-            if (two) {
-                kiln_mve_gather(p, img, ((i + 1) / p->out_w) * p->stride_h - p->pad_top,
-                                ((i + 1) % p->out_w) * p->stride_w - p->pad_left, kp, col[1]);
+        for (i = 0; i < pixels; i += KILN_MVE_COLS) {
+            n = pixels - i < KILN_MVE_COLS ? pixels - i : KILN_MVE_COLS;
+            for (j = 0; j < n; j++) {
+                kiln_mve_gather(p, img, ((i + j) / p->out_w) * p->stride_h - p->pad_top,
+                                ((i + j) % p->out_w) * p->stride_w - p->pad_left, k, kp, col[j]);
             }
             for (o = 0; o < oc_n; o += 4) {
                 const kiln_mve_rq_t q = kiln_mve_rq(mult, shift, o, oc_n, p->out_zp, p->act_min, p->act_max);
-                const int32_t len = (o + 3) * k + kp <= oc_n * k ? kp : k;
-                kiln_mve_group(&q, col[0], w, bias, o, oc_n, k, len, y0);
-                if (two) {
-                    kiln_mve_group(&q, col[1], w, bias, o, oc_n, k, len, y0 + oc_n);
-                }
+                kiln_mve_rows4(&q, col[0], KILN_MVE_COL_MAX, n, w, bias, o, oc_n, k, (o + 3) * k + kp <= oc_n * k ? kp : k,
+                               y + (b * pixels + i) * oc_n, oc_n);
             }
         }
     }
