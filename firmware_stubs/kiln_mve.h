@@ -6,13 +6,14 @@
  * - dot products: VMLADAVA multiplies 16 int8 pairs and adds them all to a
  *   scalar int32 accumulator (wrapping, as the reference's int32 sums); one
  *   pixel (row) x four output channels per block, so each input vector feeds
- *   4 of them (an assembly loop: VMLADAVA takes even registers only, and
- *   GCC spills the accumulators of the C); a tail shorter than 16 is read
- *   with tail-predicated loads (VCTP), zero in the unused lanes;
+ *   4 of them (more accumulators and GCC spills them to the stack); a tail
+ *   shorter than 16 is read with tail-predicated loads (VCTP), zero in the
+ *   unused lanes; conv windows are gathered zero-padded to whole vectors;
  * - depthwise: 4 channels per vector, widened to int32 lanes on load, four
  *   pixels sharing each weight vector (VMUL and VADD per tap and pixel),
  *   the rows the windows reach padded in a ring on the stack, 16 channels
- *   per ring column;
+ *   per ring column; 3x3 windows in an assembly block (GCC spills the four
+ *   accumulators of the C on every tap);
  * - add and sub of operands of one shape: 4 elements per vector;
  * - requantization, four values at a time: VQRDMULH is arm_nn_requantize's
  *   doubling high multiply (the multipliers are non-negative, so it never
