@@ -172,7 +172,7 @@ static inline void kiln_mve_matmul_s8(const int8_t *x, const int8_t *w, int32_t 
 }
 
 /* Bytes of one gathered conv window the Helium conv path takes, a multiple of 16, and windows gathered at
- * a time (on the stack). */
+ * a time (on the stack, as many bytes as the layer's window). */
 #define KILN_MVE_COL_MAX 1152
 #define KILN_MVE_COLS 4
 
@@ -227,11 +227,11 @@ static inline int kiln_mve_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int
                                      const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y)
 {
     const int32_t k = p->k_h * p->k_w * p->in_c, kp = (k + 15) & ~15, oc_n = p->out_c, pixels = p->out_h * p->out_w;
-    int8_t col[KILN_MVE_COLS][KILN_MVE_COL_MAX];
     int32_t b, i, j, o, n;
     if (k > KILN_MVE_COL_MAX) {
         return 0;
     }
+    int8_t col[KILN_MVE_COLS][kp]; /* sized to the layer, bounded just above */
     for (b = 0; b < p->n; b++) {
         const int8_t *img = x + b * p->in_h * p->in_w * p->in_c;
         for (i = 0; i < pixels; i += KILN_MVE_COLS) {
@@ -242,7 +242,7 @@ static inline int kiln_mve_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int
             }
             for (o = 0; o < oc_n; o += 4) {
                 const kiln_mve_rq_t q = kiln_mve_rq(mult, shift, o, oc_n, p->out_zp, p->act_min, p->act_max);
-                kiln_mve_rows4(&q, col[0], KILN_MVE_COL_MAX, n, w, bias, o, oc_n, k, (o + 3) * k + kp <= oc_n * k ? kp : k,
+                kiln_mve_rows4(&q, col[0], kp, n, w, bias, o, oc_n, k, (o + 3) * k + kp <= oc_n * k ? kp : k,
                                y + (b * pixels + i) * oc_n, oc_n);
             }
         }
