@@ -266,9 +266,9 @@ static inline void kiln_mve_dw_fill(const kiln_depthwise_conv2d_s8_params_t *p, 
     const int32_t j0 = p->pad_left < cols ? p->pad_left : cols;
     const int32_t j1 = p->pad_left + p->in_w < cols ? p->pad_left + p->in_w : cols;
     const int8x16_t zp = vdupq_n_s8((int8_t)p->input_zp);
-    const int8_t *from = img + (iy * p->in_w + j0 - p->pad_left) * ch + c;
     int32_t j = 0;
     if (iy >= 0 && iy < p->in_h) {
+        const int8_t *from = img + (iy * p->in_w + j0 - p->pad_left) * ch + c;
         for (; j < j0; j++) {
             vstrbq_s8(row + 16 * j, zp);
             vstrbq_s8(twin + 16 * j, zp);
