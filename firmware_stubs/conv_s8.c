@@ -381,7 +381,7 @@ void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int
     const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
     const int32_t k = p->k_h * p->k_w * p->in_c;
     int32_t o;
-    if (scratch != NULL && p->scratch_bytes >= 4 * KILN_GEMM_SCRATCH_WORDS(k, p->out_c) + 3) {
+    if (KILN_SCRATCH_PATHS && scratch != NULL && p->scratch_bytes >= 4 * KILN_GEMM_SCRATCH_WORDS(k, p->out_c) + 3) {
         kiln_conv_gemm(p, x, w, bias, mult, shift, y, (uint32_t *)(((uintptr_t)scratch + 3u) & ~(uintptr_t)3u), NULL);
         return;
     }
@@ -399,6 +399,33 @@ void kiln_conv2d_s8(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int
         kiln_conv_channels(p, x, w + o * k, w + o1 * k, (uint32_t)bias[o], (uint32_t)bias[o1], &q0, &q1, &out,
                            y + o, o1 - o);
     }
+}
+
+/* Without the scratch paths: the conv of bands of whole output rows into scratch `band` (its direct paths,
+ * the band's rows as a layer of their own: pad_top moved by the rows above), the add after each band.
+ * Returns 0 when scratch cannot hold one output row. */
+static int kiln_conv_add_rows(const kiln_conv2d_s8_params_t *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                              const int32_t *mult, const int32_t *shift, const kiln_residual_t *res, int8_t *y,
+                              int8_t *band)
+{
+    const int32_t row = p->out_w * p->out_c, rows = p->scratch_bytes / row, image = p->out_h * row;
+    kiln_conv2d_s8_params_t c = *p;
+    int32_t b, oy;
+    if (rows == 0) {
+        return 0;
+    }
+    c.n = 1;
+    for (b = 0; b < p->n; b++) {
+        for (oy = 0; oy < p->out_h; oy += rows) {
+            const int32_t at = b * image + oy * row;
+            c.out_h = p->out_h - oy < rows ? p->out_h - oy : rows;
+            c.pad_top = p->pad_top - oy * p->stride_h;
+            kiln_conv2d_s8(&c, x + b * p->in_h * p->in_w * p->in_c, w, bias, mult, shift, band, NULL);
+            kiln_add_table_span(band, res->r + at, res->table, y + at, c.out_h * row, res->mult, res->round, res->shift,
+                                res->lo, res->hi);
+        }
+    }
+    return 1;
 }
 
 void kiln_conv2d_add_s8(const kiln_conv2d_add_s8_params_t *p, const int8_t *x, const int8_t *w,
@@ -437,8 +464,11 @@ void kiln_conv2d_add_s8(const kiln_conv2d_add_s8_params_t *p, const int8_t *x, c
     res.lo = p->add_min;
     res.hi = p->add_max;
     const int32_t need = 4 * KILN_GEMM_SCRATCH_WORDS(k, p->out_c) + KILN_RESIDUAL_PIXELS(p->out_c) * p->out_c + 3;
-    if (scratch != NULL && p->scratch_bytes >= need) {
+    if (KILN_SCRATCH_PATHS && scratch != NULL && p->scratch_bytes >= need) {
         kiln_conv_gemm(&c, x, w, bias, mult, shift, y, (uint32_t *)(((uintptr_t)scratch + 3u) & ~(uintptr_t)3u), &res);
+        return;
+    }
+    if (!KILN_SCRATCH_PATHS && scratch != NULL && kiln_conv_add_rows(&c, x, w, bias, mult, shift, &res, y, (int8_t *)scratch)) {
         return;
     }
     {   /* without scratch: one output value at a time, the add right after it */

@@ -175,7 +175,7 @@ static int32_t kiln_dw_strip(const kiln_depthwise_conv2d_s8_params_t *p, const v
     const int32_t span = (p->k_h - 1) * p->dil_h + 1, total = (p->out_h - 1) * p->stride_h + span;
     const int32_t room = p->scratch_bytes - 3 - 4 * KILN_DW_BLOCK_WORDS(p->k_h * p->k_w);
     const int32_t rows = room < 0 ? 0 : room / (8 * kiln_dw_cols(p));
-    if (scratch == NULL || rows < span) {
+    if (!KILN_SCRATCH_PATHS || scratch == NULL || rows < span) {
         return 0;
     }
     return rows < total ? rows : total;

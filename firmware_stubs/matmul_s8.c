@@ -258,7 +258,7 @@ void kiln_conv2d_1x1_s8(const kiln_conv2d_1x1_s8_params_t *p, const int8_t *x, c
     return;
 #endif
     const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
-    if (scratch != NULL && p->scratch_bytes >= 4 * KILN_GEMM_SCRATCH_WORDS(p->in_c, p->out_c) + 3) {
+    if (KILN_SCRATCH_PATHS && scratch != NULL && p->scratch_bytes >= 4 * KILN_GEMM_SCRATCH_WORDS(p->in_c, p->out_c) + 3) {
         kiln_gemm_t g;
         g.k = p->in_c;
         g.out_c = p->out_c;

@@ -104,11 +104,11 @@ def random_int8(rng: np.random.Generator, shape) -> np.ndarray:
 
 
 # -- the C kernels through ctypes ------------------------------------------------------
-def build_library(out_dir: Path, sanitize: str = "undefined") -> Path:
-    """Compile every firmware_stubs/*.c into one shared library (strict warnings, sanitized)."""
+def build_library(out_dir: Path, sanitize: str = "undefined", defines: tuple[str, ...] = ()) -> Path:
+    """Compile every firmware_stubs/*.c into one shared library (strict warnings, sanitized), with -D `defines`."""
     lib = out_dir / "libkiln_stubs.so"
     sources = sorted(str(p) for p in STUBS.glob("*.c"))
-    cmd = ["gcc", *STRICT_FLAGS, "-O1", "-g", "-fPIC", "-shared", f"-I{RUNTIME}", f"-I{STUBS}",
+    cmd = ["gcc", *STRICT_FLAGS, *(f"-D{d}" for d in defines), "-O1", "-g", "-fPIC", "-shared", f"-I{RUNTIME}", f"-I{STUBS}",
            f"-fsanitize={sanitize}", "-fno-sanitize-recover=all", "-o", str(lib), *sources, "-lm"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return lib

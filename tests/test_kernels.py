@@ -451,6 +451,13 @@ def lib(tmp_path_factory):
     return ctypes.CDLL(str(build_library(tmp_path_factory.mktemp("stubs"), sanitize)))
 
 
+@pytest.fixture(scope="session")
+def scratch_lib(tmp_path_factory):
+    """The library with the scratch paths the DSP builds take (the portable builds keep the direct loops)."""
+    sanitize = os.environ.get("KILN_STUB_SANITIZE", "undefined")
+    return ctypes.CDLL(str(build_library(tmp_path_factory.mktemp("stubs_scratch"), sanitize, ("KILN_SCRATCH_PATHS_ALWAYS",))))
+
+
 def check_case(lib, graph, feeds, seed, config=CONFIG, scratch_used=None):
     verify(graph, levels=("kernel",))
     before = dumps(graph)
@@ -473,11 +480,17 @@ def test_int8_kernels_match_reference(lib, op):
         check_case(lib, graph, feeds, seed)
 
 
+@pytest.mark.parametrize("paths", ["direct", "scratch"])
 @pytest.mark.parametrize("op", sorted(BLOCK_CASES))
-def test_int8_blocked_kernels_match_reference(lib, op):
+def test_int8_blocked_kernels_match_reference(lib, scratch_lib, op, paths):
+    """Given scratch: the portable builds' direct loops (a fused conv + add runs bands of rows through scratch),
+    and the scratch paths of the DSP builds."""
     for seed in range(3 * CASES):
         graph, feeds = BLOCK_CASES[op](np.random.default_rng([seed, 16]))
-        check_case(lib, graph, feeds, seed)
+        used: list[bool] = []
+        lowered = check_case(lib if paths == "direct" else scratch_lib, graph, feeds, seed, scratch_used=used)
+        if op == "residual" and paths == "direct":
+            assert used[[n.attrs["kernel"] for n in lowered.nodes if "scratch_bytes" in n.attrs].index("kiln_conv2d_add_s8")]
 
 
 @pytest.mark.parametrize("op", sorted(BLOCK_CASES))
@@ -506,10 +519,10 @@ def _fast_paths(lib) -> set[tuple[str, int, bool]]:
     return seen
 
 
-def test_blocked_cases_reach_every_fast_path(lib):
+def test_blocked_cases_reach_every_fast_path(scratch_lib):
     """Each scratch kernel runs its scratch path with the fast requantization over the whole int8 range,
     with a narrower activation range, and with the general requantization."""
-    seen = _fast_paths(lib)
+    seen = _fast_paths(scratch_lib)
     for kernel in ("kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8", "kiln_conv2d_add_s8"):
         for facts in (KILN_RQ_FAST | KILN_RQ_FULL, KILN_RQ_FAST, KILN_RQ_FULL):
             assert (kernel, facts, True) in seen, (kernel, facts)
@@ -553,7 +566,7 @@ def _depthwise_min_scratch(p: dict[str, int]) -> int:
 
 
 @pytest.mark.parametrize("op", ["conv2d", "depthwise_conv2d", "residual"])
-def test_kernels_take_scratch_exactly_as_stated(lib, op):
+def test_kernels_take_scratch_exactly_as_stated(scratch_lib, op):
     """The header's scratch sizes are the kernels': one byte less and the kernel takes its path without
     scratch (and still matches the reference); the stated size (for depthwise, the shortest strip) and it
     takes the scratch path."""
@@ -568,8 +581,8 @@ def test_kernels_take_scratch_exactly_as_stated(lib, op):
         size = _depthwise_min_scratch(params) if op == "depthwise_conv2d" else params["scratch_bytes"]
         inputs = {**feeds, **run(graph, feeds, table=INT8_IMPLS)}
         want = inputs[node.outputs[0]] if node.outputs[0] in graph.outputs else None
-        got_fast, wrote = _run_with_scratch(lib, lowered, inputs, size)
-        got_slow, wrote_short = _run_with_scratch(lib, lowered, inputs, size - 1)
+        got_fast, wrote = _run_with_scratch(scratch_lib, lowered, inputs, size)
+        got_slow, wrote_short = _run_with_scratch(scratch_lib, lowered, inputs, size - 1)
         assert wrote and not wrote_short
         out = node.outputs[0]
         assert np.array_equal(got_fast[out], got_slow[out])

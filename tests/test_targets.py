@@ -176,14 +176,39 @@ def test_scons_targets_check_and_target_change(tmp_path):
 
 
 # -- the kernels' paths per target ---------------------------------------------------------------
+def path_cases() -> list[tuple[str, object, dict, int]]:
+    """Random shapes for the Helium paths and the portable direct loops, beyond the sweeps': depthwise over
+    16-channel blocks with a partial block and a partial 4-channel group (17, 20, 37 channels), 3x3 windows
+    over widths of 1 to 9 (blocks of 4 pixels and the pixels left), strides 1 and 2 and every padding, any
+    window with dilations and depth multipliers; convs whose windows are not whole vectors against 1 to 19
+    output channels; fully connected rows of 1 to 70 values."""
+    from test_cortex_m_kernels import DEFAULTS, zoo_case
+    from test_kernels import conv_case, fc_case
+    limit, cases = DEFAULTS["kernels"]["scratch_limit"], []
+    for seed in range(10):
+        rng = np.random.default_rng([seed, 20])
+        c, stride = int(rng.choice([4, 16, 17, 20, 37])), int(rng.integers(1, 2, endpoint=True))
+        h, w = (int(v) for v in rng.integers(1, 9, size=2, endpoint=True))
+        pads = tuple(int(v) for v in rng.integers(0, 1, size=4, endpoint=True))
+        if h + pads[0] + pads[2] >= 3 and w + pads[1] + pads[3] >= 3:
+            cases.append((f"path_dw3x3_{seed}", *zoo_case(rng, "depthwise_conv2d", (1, h, w, c), c, (3, 3), (stride, stride), pads), limit))
+        cases.append((f"path_dw_{seed}", *conv_case(rng, "int8", "depthwise_conv2d", channels=(1, 3, 17, 20, 37),
+                                                    size_range=(1, 9), k_range=(1, 4)), limit))
+        cases.append((f"path_conv_{seed}", *conv_case(rng, "int8", "conv2d", channels=(1, 3, 5, 17), out_channels=(1, 5, 6, 13, 19),
+                                                      size_range=(1, 9), k_range=(1, 5)), limit))
+        cases.append((f"path_fc_{seed}", *fc_case(rng, "int8", most=(4, 70, 13)), limit))
+    return cases
+
+
 M0_CASE_ARENA = 8192  # a case the micro:bit's 16 KB of RAM holds in a group of cases, with the stack
 
 
-@pytest.mark.parametrize("name", ["cortex-m55", "cortex-m0"])
+@pytest.mark.parametrize("name", ["cortex-m55", "cortex-m0", "cortex-m3"])
 def test_kernel_sweeps_match_reference(tmp_path, name):
-    """The int8 conv, depthwise, 1x1 and fully connected kernels over tests/test_cortex_m_kernels.py's seeded sweeps
-    and zoo layer shapes, in one image: the Helium path on the M55, the portable C (no DSP, no unaligned access,
-    no hardware divide) on the M0; each output bit for bit the integer reference's."""
+    """The int8 conv, depthwise, 1x1 and fully connected kernels over tests/test_cortex_m_kernels.py's seeded sweeps,
+    zoo layer shapes and path_cases(), in one image: the Helium path on the M55, the portable C (no DSP, no
+    unaligned access, no hardware divide) on the M0, the portable C's direct loops on the M3; each output bit for
+    bit the integer reference's."""
     from test_cortex_m_kernels import DEFAULTS, PLAN, all_cases
     from kiln.codegen import generate
     from kiln.lower import lower
@@ -192,7 +217,7 @@ def test_kernel_sweeps_match_reference(tmp_path, name):
     from kiln.reference.int8 import INT8_IMPLS
 
     built, sources, models = [], [], []
-    for case, graph, feeds, limit in all_cases():
+    for case, graph, feeds, limit in all_cases() + path_cases():
         planned = plan(lower(graph, {"profile": "portable", "scratch_limit": limit}), PLAN)
         if name == "cortex-m0" and int(planned.meta["arena_size"]) > M0_CASE_ARENA:
             continue  # a zoo layer shape whose maps alone exceed the micro:bit's RAM
