@@ -71,7 +71,7 @@ def describe(planned: Graph, node) -> tuple[str, str]:
         return "pointwise", f"{p['in_c']}>{p['out_c']} {at}"
     if kernel == "kiln_depthwise_conv2d_s8":
         return "depthwise", f"{p['k_h']}x{p['k_w']} s{p['stride_h']} {p['in_c'] * p['ch_mult']} {at}"
-    if kernel == "kiln_fully_connected_s8":
+    if kernel in ("kiln_fully_connected_s8", "kiln_fully_connected_few_s8"):
         return "fc", f"{p['in_features']}>{p['out_features']}"
     if kernel in ("kiln_add_table_s8", "kiln_add_s8", "kiln_sub_s8"):
         return "add", f"{planned.tensors[node.outputs[0]].size} values"

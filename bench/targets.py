@@ -34,7 +34,7 @@ from kiln.target.qemu import run_firmware
 from kiln.target.size import size_report
 from kiln.target.targets import TARGETS
 
-POINTWISE = ("kiln_conv2d_1x1_s8", "kiln_fully_connected_s8")
+POINTWISE = ("kiln_conv2d_1x1_s8", "kiln_fully_connected_s8", "kiln_fully_connected_few_s8")
 
 
 def bench_model(build: Path, target) -> dict:

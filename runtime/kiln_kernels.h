@@ -107,13 +107,21 @@ void kiln_depthwise_conv2d_s8(const kiln_depthwise_conv2d_s8_params_t *p, const 
                               const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y,
                               void *scratch);
 
-/* y[b][o] = requantize(bias[o] + sum_i x[b][i] * w[o][i]). With KILN_RQ_FAST, up to 16 input features
- * take a path with the input row widened once into registers and each weight row read as whole words. */
+/* y[b][o] = requantize(bias[o] + sum_i x[b][i] * w[o][i]). */
 typedef struct {
     int32_t batches, in_features, out_features, out_zp, act_min, act_max, requant;
 } kiln_fully_connected_s8_params_t;
 void kiln_fully_connected_s8(const kiln_fully_connected_s8_params_t *p, const int8_t *x, const int8_t *w,
                              const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y);
+
+/* The same product for at most 16 input features with KILN_RQ_FAST (both required): the input row
+ * widened once into registers and each weight row read as whole words. A symbol of its own so that only
+ * images with such a layer link its code. */
+typedef struct {
+    int32_t batches, in_features, out_features, out_zp, act_min, act_max, requant;
+} kiln_fully_connected_few_s8_params_t;
+void kiln_fully_connected_few_s8(const kiln_fully_connected_few_s8_params_t *p, const int8_t *x, const int8_t *w,
+                                 const int32_t *bias, const int32_t *mult, const int32_t *shift, int8_t *y);
 
 /* y[b] = requantize((a[b] + a_offset) x (b[b] + b_offset)) for batches of
  * [m][k] by [k][n] matrices: a product of two activations (attention), as

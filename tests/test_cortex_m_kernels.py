@@ -141,8 +141,8 @@ TABLE_ADD_SHIFTS = range(14, 23)  # the shifts firmware_stubs/binary.c's table a
 def kernel_path(node) -> str:
     """Which path of its kernel a call takes, from its parameters (firmware_stubs/*.c)."""
     kernel, p = node.attrs["kernel"], dict(zip(node.attrs["param_names"], node.attrs["params"]))
-    if kernel == "kiln_fully_connected_s8" and p["requant"] & KILN_RQ_FAST and p["in_features"] <= 16:
-        k = p["in_features"]  # the channels whose 8 weight bytes end inside the array: firmware_stubs/matmul_s8.c
+    if kernel == "kiln_fully_connected_few_s8":
+        k = p["in_features"]  # the channels whose 8 weight bytes end inside the array: firmware_stubs/fc_few_s8.c
         asm = p["requant"] & KILN_RQ_FULL and k <= 8 and p["out_features"] - 7 // k >= 2
         uniform = ", uniform" if asm and p["requant"] & KILN_RQ_UNIFORM else ""
         return f"fully connected few inputs, {'assembly' if asm else 'C'}{uniform}"

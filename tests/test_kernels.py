@@ -537,7 +537,7 @@ def test_few_input_fully_connected_cases_reach_every_instance(lib):
         graph, feeds = BLOCK_CASES["fully_connected_few"](np.random.default_rng([seed, 16]))
         node = lower(graph, CONFIG).nodes[0]
         p = dict(zip(node.attrs["param_names"], node.attrs["params"]))
-        if p["requant"] & KILN_RQ_FAST:
+        if node.attrs["kernel"] == "kiln_fully_connected_few_s8":
             k, cols = p["in_features"], p["out_features"]
             seen |= {("groups", -(-k // 4)), ("k % 4", k % 4), ("facts", p["requant"]), ("rows > 1", p["batches"] > 1),
                      ("cols % 4", cols % 4)}
@@ -545,6 +545,27 @@ def test_few_input_fully_connected_cases_reach_every_instance(lib):
     assert {("cols % 4", r) for r in range(4)} | {("rows > 1", True)} <= seen, seen
     full, uniform = KILN_RQ_FAST | KILN_RQ_FULL, KILN_RQ_FAST | KILN_RQ_FULL | KILN_RQ_UNIFORM
     assert {("facts", full), ("facts", uniform)} <= seen and any(f & KILN_RQ_FULL == 0 for t, f in seen if t == "facts"), seen
+
+
+def _fc_fast(in_features: int, fast: bool) -> Graph:
+    """A fully connected layer with `in_features` inputs whose requantization is KILN_RQ_FAST or (an output
+    scale below the product of the input and weight scales: a multiplier above 1) not."""
+    rng = np.random.default_rng(in_features)
+    w = Tensor("w", (5, in_features), "int8", quant=QuantParams((0.01,), (0,)), data=random_int8(rng, (5, in_features)))
+    y_scale = 0.05 if fast else 0.0001
+    return single_node("fully_connected", [act("x", (1, in_features), q(0.02, 3)), w], [act("y", (1, 5), q(y_scale, 0))], {})
+
+
+@pytest.mark.parametrize("in_features, fast, kernel", [(1, True, "kiln_fully_connected_few_s8"),
+                                                       (16, True, "kiln_fully_connected_few_s8"),
+                                                       (17, True, "kiln_fully_connected_s8"),
+                                                       (16, False, "kiln_fully_connected_s8")])
+def test_lower_picks_the_few_input_kernel(in_features, fast, kernel):
+    """Fully connected layers with at most 16 inputs and KILN_RQ_FAST call kiln_fully_connected_few_s8, a
+    symbol of its own so that images without such a layer do not link its code; the others the general one."""
+    node = lower(_fc_fast(in_features, fast), CONFIG).nodes[0]
+    requant = dict(zip(node.attrs["param_names"], node.attrs["params"]))["requant"]
+    assert (node.attrs["kernel"], bool(requant & KILN_RQ_FAST)) == (kernel, fast)
 
 
 def _run_with_scratch(lib, lowered, feeds, size: int) -> tuple[dict, bool]:

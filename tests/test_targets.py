@@ -228,7 +228,8 @@ def test_kernel_sweeps_match_reference(tmp_path, name):
         built.append((case, graph, planned, feeds))
     assert len(built) >= len(all_cases()) // 2, "the micro:bit runs at least half of the cases"
     kernels = {n.attrs["kernel"] for _, _, planned, _ in built for n in planned.nodes}
-    assert {"kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8", "kiln_fully_connected_s8"} <= kernels
+    assert {"kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_depthwise_conv2d_s8", "kiln_fully_connected_s8",
+            "kiln_fully_connected_few_s8"} <= kernels
     groups = [built[i::4] for i in range(4)] if name == "cortex-m0" else [built]  # the micro:bit's 16 KB of RAM, 256 KB of flash
     for g, group in enumerate(groups):
         names = {case for case, *_ in group}

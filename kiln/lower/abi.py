@@ -49,6 +49,7 @@ _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]
     ("kiln_conv2d_1x1_s8", _f("pixels in_c out_c out_zp act_min act_max") + _RQ, _CONV_S8_IO),
     ("kiln_depthwise_conv2d_s8", _f("n in_h in_w in_c out_h out_w ch_mult") + _WINDOW + _f("input_zp out_zp act_min act_max") + _RQ, _CONV_S8_IO),
     ("kiln_fully_connected_s8", _f("batches in_features out_features out_zp act_min act_max requant"), _CONV_S8_IO),
+    ("kiln_fully_connected_few_s8", _f("batches in_features out_features out_zp act_min act_max requant"), _CONV_S8_IO),
     ("kiln_batch_matmul_s8", _f("batches m k n a_offset b_offset out_mult out_shift out_zp act_min act_max"), ((_S8, _S8), (_S8,))),
     ("kiln_conv2d_f32", _f("n in_h in_w in_c out_h out_w out_c") + _WINDOW + _f("act_min_bits act_max_bits"), _CONV_F32_IO),
     ("kiln_depthwise_conv2d_f32", _f("n in_h in_w in_c out_h out_w ch_mult") + _WINDOW + _f("act_min_bits act_max_bits"), _CONV_F32_IO),

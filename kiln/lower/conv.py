@@ -7,7 +7,8 @@ import numpy as np
 
 from kiln.ir.graph import Node, Tensor
 from kiln.lower.common import Site, Unsupported, constant_data, four_d, qparams
-from kiln.lower.specialize import add_table, conv_add_scratch, depthwise_scratch, gemm_scratch, requant_facts, uniform_fact
+from kiln.lower.specialize import (KILN_RQ_FAST, add_table, conv_add_scratch, depthwise_scratch, gemm_scratch, requant_facts,
+                                   uniform_fact)
 from kiln.numerics.fixedpoint import activation_range, wrap_int32
 from kiln.numerics.params import add_params, channel_multipliers, mul_multiplier
 
@@ -135,6 +136,16 @@ def lower_batch_matmul(site: Site) -> list[Node]:
                       out_mult=mult, out_shift=shift, out_zp=zy, **site.act_range())]
 
 
+FEW_INPUTS = 16  # KILN_FC_FEW_MAX of firmware_stubs/fc_few_s8.c
+
+
+def fully_connected_kernel(in_features: int, requant: int) -> str:
+    """kiln_fully_connected_few_s8 where its path applies (at most 16 inputs, KILN_RQ_FAST), a symbol of its
+    own so that only images with such a layer link its code; kiln_fully_connected_s8 otherwise."""
+    few = in_features <= FEW_INPUTS and requant & KILN_RQ_FAST
+    return "kiln_fully_connected_few_s8" if few else "kiln_fully_connected_s8"
+
+
 def lower_fully_connected(site: Site) -> list[Node]:
     (batches, in_features), out_features = site.input(0).shape, site.input(1).shape[0]
     dims = dict(batches=batches, in_features=in_features, out_features=out_features)
@@ -142,4 +153,5 @@ def lower_fully_connected(site: Site) -> list[Node]:
         return [site.call("kiln_fully_connected_f32", _float_inputs(site, out_features), **dims, **site.act_bits())]
     inputs, quant, facts = _int8_constants(site, 0, (1,))
     mult, shift = (constant_data(site.graph.tensors[name], name) for name in inputs[3:5])
-    return [site.call("kiln_fully_connected_s8", inputs, **dims, **quant, requant=facts | uniform_fact(mult, shift))]
+    requant = facts | uniform_fact(mult, shift)
+    return [site.call(fully_connected_kernel(in_features, requant), inputs, **dims, **quant, requant=requant)]
