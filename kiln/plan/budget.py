@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from kiln.errors import KilnError
 from kiln.ir.graph import Graph, Node
-from kiln.plan import tiling
+from kiln.plan import overwrite, tiling
 from kiln.plan.buffers import Buffer, buffers, round_up
 from kiln.plan.offsets import Placement, place
 from kiln.plan.scratch import Scratch, plan_scratch
@@ -52,6 +52,13 @@ class Option:
     extras: list[Buffer] = field(default_factory=list)  # patch and output-tile buffers
     bound: int = -1  # the peak of live arena bytes (-1: not measured yet)
     placement: Placement | None = None
+    overwrites: tuple[overwrite.Overwrite, ...] = ()  # layers run in pieces over their own input
+    grain: int = 0  # their pieces' output rows (pixels)
+
+    @property
+    def moved(self) -> int:
+        """Bytes copied out of tile buffers by layers run over their input."""
+        return sum(o.copied for o in self.overwrites)
 
     @property
     def size(self) -> int:
@@ -60,9 +67,10 @@ class Option:
     @property
     def rank(self) -> tuple[int, int, int, int]:
         """The least work: recomputed MACs plus MACs moved off a fast path (counted once more: a path without
-        scratch takes about twice the instructions per MAC); then more scratch outside the run, then inside."""
+        scratch takes about twice the instructions per MAC) plus bytes copied by layers run over their input (one
+        each); then more scratch outside the run, then inside; then larger pieces (fewer calls)."""
         inside = LEVELS.index(self.tiling.scratch) if self.tiling else 0
-        return self.extra_macs + self.slow_macs, LEVELS.index(self.level), inside, 0
+        return self.extra_macs + self.slow_macs + self.moved, LEVELS.index(self.level), inside, -self.grain
 
 
 def shrink_scratch(g: Graph, level: str) -> Graph:
@@ -146,10 +154,46 @@ def measure(p: Option, align: int) -> Option:
     return p
 
 
+def overwrites(g: Graph, layer_by_layer: Option, grain: int, budget: int, align: int) -> Option | None:
+    """`layer_by_layer` with layers run over their input, added one at a time at the step of most live bytes while
+    that is over `budget` (and the layer there lowers it): only where the budget needs one. None: no layer helps."""
+    bufs, extras, chosen, tried = [replace(b) for b in layer_by_layer.base], [], [], set()
+    steps = len(g.nodes)
+    while True:
+        live = _live(bufs + extras, steps)
+        order = [s for s in sorted(range(steps), key=lambda s: (-live[s], s)) if live[s] > budget and s not in tried]
+        step = next((s for s in order if overwrite.eligible(g, s)), None)
+        if step is None:
+            break
+        tried.add(step)
+        merged = overwrite.best_merge(bufs, g, overwrite.pieces(g, step, grain, layer_by_layer.level, align), align)
+        if merged is None:
+            continue
+        new_bufs, o = merged
+        new_extras = extras + [overwrite.tile_buffer(g, o, align)]
+        if _live(new_bufs + new_extras, steps)[step] < live[step]:
+            bufs, extras, chosen = new_bufs, new_extras, chosen + [o]
+    if not chosen:
+        return None
+    p = replace(layer_by_layer, bufs=bufs, extras=extras, overwrites=tuple(sorted(chosen, key=lambda o: o.step)), grain=grain)
+    p.bound = _peak([b for b in bufs + extras if b.memory == "arena"], steps)
+    return p
+
+
+def _live(bufs: list[Buffer], steps: int) -> list[int]:
+    live = [0] * steps
+    for b in bufs:
+        if b.memory == "arena":
+            for step in range(max(b.start, 0), min(b.end, steps - 1) + 1):
+                live[step] += b.size
+    return live
+
+
 def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
-            only: tuple[int, tuple[int, int]] | None = None) -> list[Option]:
+            only: tuple[int, tuple[int, int]] | None = None, budget: int | None = None) -> list[Option]:
     """Every candidate over the scratch levels, cheapest first: layer by layer, then each tiling of the leading run
-    (`only`: just the tiling of steps up to that stop as that grid)."""
+    (`only`: just the tiling of steps up to that stop as that grid), then (given a `budget`) layers run over
+    their input where the budget needs them, at each piece size."""
     align = int(config["alignment"])
     untiled = {n.name: node_macs(g, n) for n in g.nodes}
     fast = {n.name: untiled[n.name] for n in g.nodes if n.attrs.get("scratch_bytes")}
@@ -167,6 +211,9 @@ def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
         runs = ([] if only else [None]) + [replace(t, scratch=inside) for t in grids
                                            for inside in dict.fromkeys((level, "strip", "none"))]
         found += [evaluate(shrunk, base, t, scratch, level, fast, untiled) for t in runs]
+        if budget is not None and not only:
+            plain = evaluate(shrunk, base, None, scratch, level, fast, untiled)
+            found += [o for grain in overwrite.GRAINS for o in [overwrites(shrunk, plain, grain, budget, align)] if o]
     return sorted(found, key=lambda p: (p.rank, p.tiling.stop if p.tiling else 0, p.tiling.grid if p.tiling else (1, 1)))
 
 
@@ -181,7 +228,7 @@ def _placed(p: Option, align: int) -> Option:
 def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Option]]:
     """The cheapest plan that fits `budget` (or None), and every candidate evaluated, cheapest first."""
     align = int(config["alignment"])
-    plans = options(g, config)
+    plans = options(g, config, budget=budget)
     tried = 0
     for p in plans:
         if measure(p, align).bound > budget:
@@ -206,6 +253,9 @@ def describe(g: Graph, p: Option) -> str:
     t = p.tiling
     words = {"full": "", "strip": "depthwise scratch one window tall", "none": "no kernel scratch"}
     scratch = f", {words[p.level]}" if p.level != "full" else ""
+    if p.overwrites:
+        steps = ", ".join(str(o.step) for o in p.overwrites)
+        return f"steps {steps} run over their input in pieces of {p.grain} row{'s' if p.grain > 1 else ''}{scratch}"
     if t is None:
         return f"layer by layer{scratch}"
     first, last = g.nodes[t.start], g.nodes[t.stop - 1]
@@ -222,10 +272,13 @@ def limit(g: Graph, p: Option) -> str:
     return f"peak at step {step} (node {g.nodes[step].name!r}) with live buffers: {names}"
 
 
-def annotate(g: Graph, p: Option, annotate_untiled) -> None:
+def annotate(g: Graph, p: Option, annotate_untiled, align: int) -> None:
     """Offsets as an untiled plan's, then each run node's per-tile parameters and pointer deltas."""
     g.nodes = list(p.graph.nodes)
     annotate_untiled(g, SimpleNamespace(all=p.bufs), p.scratch)
+    extras = {b.tensors[0]: b for b in p.extras}
+    for o in p.overwrites:
+        overwrite.annotate(g, o, extras[f"{g.nodes[o.step].name}#inplace"].offset, COPY_FIELDS, align)
     t = p.tiling
     if t is None:
         return
@@ -281,7 +334,7 @@ def _copy(rows: int, cols: int, shape: tuple[int, ...], row: int, col: int, gath
 
 def finish(g: Graph, p: Option, config: dict, schedule: str, layer_by_layer: int, layer_bound: int, annotate_untiled) -> Graph:
     """`g` (its schedule) planned as `p` (placed): offsets, per-tile calls and the meta a plan records."""
-    annotate(g, p, annotate_untiled)
+    annotate(g, p, annotate_untiled, int(config["alignment"]))
     g.meta.update({"arena_size": p.size, "lower_bound": p.bound, "alignment": int(config["alignment"]),
                    "arena_ratio": round(p.size / p.bound, 4) if p.bound else 1.0,
                    "schedule": schedule, "placement": p.placement.heuristic, "lz4": int(bool(config["lz4"]))})
@@ -307,6 +360,9 @@ def budget_meta(g: Graph, p: Option, layer_by_layer: int, layer_bound: int) -> d
     """What the budget changed, for planned.kir, `kiln inspect` and the build report."""
     meta = {"scratch_level": p.level, "extra_macs": p.extra_macs, "layer_by_layer_arena": layer_by_layer,
             "layer_by_layer_bound": layer_bound}
+    if p.overwrites:
+        meta.update({"in_place_steps": [o.step for o in p.overwrites], "in_place_pieces": [len(o.params) for o in p.overwrites],
+                     "in_place_copied": p.moved})
     if p.tiling:
         t = p.tiling
         meta.update({"tiled_run": [t.start, t.stop], "tile_grid": list(t.grid), "tile_scratch": t.scratch,
