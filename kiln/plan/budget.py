@@ -396,3 +396,17 @@ def frontier(graph: Graph, config: dict) -> list[tuple[int, int, str]]:
         if not best or row[0] < best[-1][0]:
             best.append(row)
     return best
+
+
+def plan_overwritten(graph: Graph, config: dict, grain: int, level: str = "full") -> Graph:
+    """`graph` planned in its given order with every layer that lowers its step's live bytes run over its input in
+    pieces of `grain` rows (tests, exploring)."""
+    from kiln.plan import _annotate, plan
+
+    untiled = plan(graph, dict(config, budget=0, reorder=False))
+    g = graph.copy()
+    for p in options(g, config, (level,), budget=0):
+        if p.grain == grain:
+            _placed(p, int(config["alignment"]))
+            return finish(g, p, config, "given", untiled.meta["arena_size"], untiled.meta["lower_bound"], _annotate)
+    raise KilnError(f"graph {graph.name!r}: no layer can run over its input in pieces of {grain} rows")

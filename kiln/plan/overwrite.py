@@ -79,7 +79,9 @@ def pieces(g: Graph, step: int, grain: int, scratch_level: str, align: int) -> l
         if parts < 2 or rows is None or cols is None:
             return []
         t = tiling.Tiling(step, step + 1, rows, cols, scratch_level)
-        params = [tuple(tiling.tile_params(g, t, 0, (r, 0))) for r in range(parts)]
+        whole = names.index("in_w")  # rows are read whole: the row stride is the map's, whatever the windows reach
+        params = [tuple(x.shape[2] if k == whole else v for k, v in enumerate(tiling.tile_params(g, t, 0, (r, 0))))
+                  for r in range(parts)]
         reads = [(w.lo * x_row, w.hi * x_row) for w in rows.windows[0]]
         writes = [(o0 * y_row, o1 * y_row) for o0, o1 in rows.outputs]
         tile, scratch = tiling.tile_bytes(g, t, 0), tiling.kernel_scratch(g, t, 0)

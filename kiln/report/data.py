@@ -147,6 +147,9 @@ def tiling_text(planned: Graph) -> str:
         rows, cols = meta["tile_grid"]
         text += (f"; steps {start} to {stop - 1} run tile by tile ({rows}x{cols} tiles, the map below shows one tile's "
                  f"buffers), {int(meta['extra_macs']):,} MACs recomputed ({100 * int(meta['extra_macs']) / max(int(meta['run_macs']), 1):.1f}% of the run)")
+    if "in_place_steps" in meta:
+        text += (f"; steps {', '.join(map(str, meta['in_place_steps']))} write their output over their input piece by "
+                 f"piece ({int(meta['in_place_copied']):,} bytes copied out of a tile buffer)")
     return text + f"; kernel scratch: {meta['scratch_level']}"
 
 
