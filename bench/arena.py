@@ -191,9 +191,9 @@ def render_budgets(rows: list[dict]) -> str:
 def render_frontier(model: str, build: Path) -> str:
     cfg = model_config.load(ROOT / "models" / model / "model.toml")
     lowered = load(build / "lowered.kir")
-    lines = [f"{model}: arena bytes against recomputed MACs (io_in_arena = true)", f"{'arena':>8} {'extra MACs':>12}  plan"]
-    for size, extra, what in frontier(lowered, dict(cfg["plan"], io_in_arena=True)):
-        lines.append(f"{size:>8} {extra:>12}  {what}")
+    lines = [f"{model}: arena bytes against extra MACs (io_in_arena = true)", f"{'arena':>8} {'extra MACs':>12} {'slow MACs':>10} {'copied':>8}  plan"]
+    for size, extra, slow, copied, what in frontier(lowered, dict(cfg["plan"], io_in_arena=True)):
+        lines.append(f"{size:>8} {extra:>12} {slow:>10} {copied:>8}  {what}")
     return "\n".join(lines)
 
 

@@ -36,7 +36,7 @@ from kiln.target import cortex_m, qemu
 PLAN = {"alignment": 16, "budget": 0, "io_in_arena": True, "reorder": False, "in_place": True, "lz4": False}
 STACKS = 24
 # model -> (budget that forces tiling, or None) and the tiling imposed when no budget can force one
-ZOO = {"tiny_cnn": (2000, None), "digits_cnn": (1500, None), "kws_dscnn": (None, (4, (5, 1))),
+ZOO = {"tiny_cnn": (2000, None), "digits_cnn": (1500, None), "kws_dscnn": (None, (11, (12, 1))),
        "tiny_resnet": (None, (2, (3, 2))), "ic_resnet8": (None, (2, (5, 3))), "vww_mobilenet": (None, (5, (4, 3)))}
 
 

@@ -375,8 +375,9 @@ def over_budget_error(g: Graph, budget: int, best: Option) -> KilnError:
                      f"reaches, with {describe(g, best)}, {best.extra_macs} extra MACs; {limit(g, best)}")
 
 
-def frontier(graph: Graph, config: dict) -> list[tuple[int, int, str]]:
-    """(arena bytes, extra MACs, plan) of the candidates no other beats on both, in the graph's best schedule.
+def frontier(graph: Graph, config: dict) -> list[tuple[int, int, int, int, str]]:
+    """(arena bytes, extra MACs, MACs off a fast path, bytes copied, plan) of the candidates no other beats on both
+    arena and added work (their sum, as `Option.rank` counts it), in the graph's best schedule.
 
     Candidates are first filtered on their peak (a placement never goes below it), then placed.
     """
@@ -386,12 +387,13 @@ def frontier(graph: Graph, config: dict) -> list[tuple[int, int, str]]:
     g = graph.copy()
     g.nodes = [next(n for n in graph.nodes if n.name == m.name) for m in scheduled.nodes]
     align, kept, lowest = int(config["alignment"]), [], None
-    for p in sorted(options(g, config), key=lambda p: (p.extra_macs, measure(p, align).bound, p.rank)):
+    for p in sorted(options(g, config, budget=0), key=lambda p: (p.rank[0], measure(p, align).bound, p.rank)):
         if lowest is None or p.bound < lowest:
             kept.append(p)
             lowest = p.bound
-    placed = sorted(((_placed(p, align).size, p.extra_macs, describe(g, p)) for p in kept), key=lambda r: (r[1], r[0]))
-    best: list[tuple[int, int, str]] = []
+    placed = sorted(((_placed(p, align).size, p.extra_macs, p.slow_macs, p.moved, describe(g, p)) for p in kept),
+                    key=lambda r: (r[1] + r[2] + r[3], r[0]))
+    best: list[tuple[int, int, int, int, str]] = []
     for row in placed:
         if not best or row[0] < best[-1][0]:
             best.append(row)

@@ -231,8 +231,17 @@ def buffers(graph: Graph) -> list[Buffer]:
                                   round_up(graph.tensors[node.inputs[pos]].nbytes, align)))
         if int(node.attrs.get("scratch", -1)) >= 0:
             out.append(Buffer(f"{node.name}#scratch", *step_span(step), int(node.attrs["scratch"]),
-                              round_up(int(node.attrs["scratch_bytes"]), align)))
+                              round_up(_scratch_bytes(node), align)))
     return sorted(out, key=lambda b: (b.first, b.offset, b.name))
+
+
+def _scratch_bytes(node) -> int:
+    """The kernel scratch a call takes: in a tiled run or in pieces, the most any tile's call takes."""
+    if "tile_params" not in node.attrs:
+        return int(node.attrs["scratch_bytes"])
+    names = list(node.attrs["param_names"])
+    flat = [int(v) for v in node.attrs["tile_params"]]
+    return max(flat[k + names.index("scratch_bytes")] for k in range(0, len(flat), len(names)))
 
 
 def timeline(graph: Graph) -> list[Step]:
