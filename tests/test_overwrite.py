@@ -21,12 +21,13 @@ from kiln.ir import Graph, load
 from kiln.lower import lower
 from kiln.model_table import firmware_model
 from kiln.plan import overwrite, plan
-from kiln.plan.budget import LEVELS, plan_overwritten
+from kiln.plan.budget import LEVELS, options, plan_overwritten, plan_tiled
 from kiln.report.data import tiling_text
 from kiln.target import cortex_m, qemu
 from test_tiling import PLAN, samples, stack
 
 STACKS = 20
+MIXED = 6  # stacks with a tiled leading run and later layers over their input
 KWS_BUDGETS = (10000, 14000)
 
 
@@ -55,6 +56,29 @@ def overwritten_stack(seed: int) -> tuple[Graph, Graph]:
     raise AssertionError(f"seed {seed}: no stack with a layer run over its input")
 
 
+def tiled_then_overwritten(seed: int) -> tuple[Graph, Graph]:
+    """A random stack with its leading layers tiled (the run's output over its input when it can) and layers after
+    the run over their input."""
+    rng = np.random.default_rng(seed + 23)
+    for attempt in range(80):
+        graph = dw_pw_stack(seed + 1000 * attempt)
+        if len(graph.nodes) < 2:
+            continue
+        lowered = lower(graph, {"profile": "portable", "scratch_limit": 1 << 20})
+        config = dict(PLAN, io_in_arena=True)
+        runs = sorted({(o.tiling.stop, o.tiling.grid, o.tiling.shift is not None)
+                       for o in options(lowered.copy(), config, ("full",)) if o.tiling and o.tiling.stop < len(graph.nodes)})
+        if not runs:
+            continue
+        stop, grid, over = runs[int(rng.integers(len(runs)))]
+        try:
+            return graph, plan_tiled(lowered, config, stop, grid, "full", over, int(rng.choice(overwrite.GRAINS)))
+        except Exception as e:
+            if "no layer after the tiled run" not in str(e):
+                raise
+    raise AssertionError(f"seed {seed}: no stack with a tiled run and a layer over its input after it")
+
+
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> ModelBuilds:
     return ModelBuilds(shared_root(tmp_path_factory.getbasetemp(), "kiln-models"))
@@ -64,6 +88,9 @@ def builds(tmp_path_factory) -> ModelBuilds:
 def cases(builds) -> dict[str, tuple[Graph, Graph]]:
     """name -> (graph for the reference, plan with layers run over their input)."""
     found = {f"over_{seed}": overwritten_stack(seed) for seed in range(STACKS)}
+    found.update({f"mixed_{seed}": tiled_then_overwritten(seed) for seed in range(MIXED)})
+    vww = builds.front("vww_mobilenet")  # its first stage tiled, the output over the input, then layers over theirs
+    found["vww_mobilenet"] = load(vww / "quantized.kir"), plan_tiled(load(vww / "lowered.kir"), PLAN, 8, (10, 6), "strip", True, 2)
     front = builds.front("kws_dscnn")
     lowered, quantized = load(front / "lowered.kir"), load(front / "quantized.kir")
     for budget in KWS_BUDGETS:
@@ -79,6 +106,13 @@ def test_kws_dscnn_meets_10000_bytes_with_its_io_in_the_arena(cases):
     assert planned.meta["extra_macs"] == 0 and planned.meta["scratch_level"] == "full"
     kernels = {planned.nodes[s].attrs["kernel"] for s in planned.meta["in_place_steps"]}
     assert {"kiln_depthwise_conv2d_s8", "kiln_conv2d_1x1_s8"} <= kernels
+
+
+def test_tiled_runs_and_layers_over_their_input_mix(cases):
+    mixed = [p for name, (_, p) in cases.items() if name.startswith("mixed_") or name == "vww_mobilenet"]
+    assert all(p.meta["tiled_run"][1] <= min(p.meta["in_place_steps"]) for p in mixed)
+    assert any(p.meta.get("tile_output_over_input") for p in mixed)
+    assert cases["vww_mobilenet"][1].meta.get("tile_output_over_input")
 
 
 def test_the_random_plans_cover_the_hard_cases(cases):
@@ -143,3 +177,29 @@ def test_no_budget_no_pieces(cases, builds):
     lowered = load(builds.front("kws_dscnn") / "lowered.kir")
     for budget in (0, 20000):
         assert "in_place_steps" not in plan(lowered, dict(PLAN, reorder=True, budget=budget)).meta
+
+
+def test_kiln_plan_explore_prints_the_frontier(builds, capsys):
+    """Each row a smaller arena for more work; the last row's arena met as a budget, one byte less refused."""
+    from kiln.cli import main
+
+    lowered = builds.front("kws_dscnn") / "lowered.kir"
+    assert main(["plan", "--explore", str(lowered)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("lowered: arena bytes against extra MACs") and lines[1].split()[:2] == ["arena", "extra"]
+    rows = [tuple(int(v) for v in line.split()[:4]) for line in lines[2:]]
+    assert len(rows) >= 3 and any("over their input" in line for line in lines[2:])
+    assert all(a[0] > b[0] and sum(a[1:]) < sum(b[1:]) for a, b in zip(rows, rows[1:]))
+    graph, config = load(lowered), dict(PLAN, io_in_arena=False, reorder=True)
+    assert plan(graph, dict(config, budget=rows[-1][0])).meta["arena_size"] <= rows[-1][0]
+    with pytest.raises(Exception, match=f"exceeds plan.budget {rows[-1][0] - 1}; the smallest"):
+        plan(graph, dict(config, budget=rows[-1][0] - 1))
+
+
+@pytest.mark.parametrize("argument", ["no/such/model", "missing.kir", "README.md"])
+def test_kiln_plan_explore_refuses_a_bad_model_in_one_line(argument, capsys):
+    from kiln.cli import main
+
+    assert main(["plan", "--explore", argument]) != 0
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith(f"kiln: error: {argument}") and out.err.count("\n") == 1

@@ -117,6 +117,9 @@ def _buffers(g: Graph, base: list[Buffer], t: Tiling, scratch: Scratch, align: i
         elif b.start <= e and b.end >= s:  # live during the run: live through all of it
             b.start, b.end = min(b.start, s), max(b.end, e)
         out.append(b)
+    if t.shift is not None:
+        out = overwrite.join(out, g.nodes[s].inputs[0], g.nodes[e].outputs[0], t.shift, s, e, align)
+        assert out is not None, "options() offers the output over the input only where it can lie there"
     extras = []
     if tiling.needs_gather(g, t):
         extras.append(Buffer([f"{g.nodes[s].name}#patch"], round_up(tiling.patch_bytes(g, t), align), s, s, scratch=True))
@@ -154,10 +157,13 @@ def measure(p: Option, align: int) -> Option:
     return p
 
 
-def overwrites(g: Graph, layer_by_layer: Option, grain: int, budget: int, align: int) -> Option | None:
-    """`layer_by_layer` with layers run over their input, added one at a time at the step of most live bytes while
-    that is over `budget` (and the layer there lowers it): only where the budget needs one. None: no layer helps."""
-    bufs, extras, chosen, tried = [replace(b) for b in layer_by_layer.base], [], [], set()
+def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int) -> Option | None:
+    """`plain` (layer by layer, or with a tiled run) with layers outside its run run over their input, added one
+    at a time at the step of most live bytes while that is over `budget` (and the layer there lowers it): only
+    where the budget needs one. None: no layer helps."""
+    measure(plain, align)
+    bufs, extras, chosen = list(plain.bufs), list(plain.extras), []
+    tried = set(range(plain.tiling.start, plain.tiling.stop)) if plain.tiling else set()
     steps = len(g.nodes)
     while True:
         live = _live(bufs + extras, steps)
@@ -166,7 +172,7 @@ def overwrites(g: Graph, layer_by_layer: Option, grain: int, budget: int, align:
         if step is None:
             break
         tried.add(step)
-        merged = overwrite.best_merge(bufs, g, overwrite.pieces(g, step, grain, layer_by_layer.level, align), align)
+        merged = overwrite.best_merge(bufs, g, overwrite.pieces(g, step, grain, plain.level, align), align)
         if merged is None:
             continue
         new_bufs, o = merged
@@ -175,7 +181,7 @@ def overwrites(g: Graph, layer_by_layer: Option, grain: int, budget: int, align:
             bufs, extras, chosen = new_bufs, new_extras, chosen + [o]
     if not chosen:
         return None
-    p = replace(layer_by_layer, bufs=bufs, extras=extras, overwrites=tuple(sorted(chosen, key=lambda o: o.step)), grain=grain)
+    p = replace(plain, bufs=bufs, extras=extras, overwrites=tuple(sorted(chosen, key=lambda o: o.step)), grain=grain)
     p.bound = _peak([b for b in bufs + extras if b.memory == "arena"], steps)
     return p
 
@@ -210,11 +216,25 @@ def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
             grids = [t for t in grids if (t.stop, t.grid) == only]
         runs = ([] if only else [None]) + [replace(t, scratch=inside) for t in grids
                                            for inside in dict.fromkeys((level, "strip", "none"))]
+        runs += [replace(t, shift=shift) for t in runs if t for shift in [_over_input(shrunk, base, t, align)] if shift is not None]
         found += [evaluate(shrunk, base, t, scratch, level, fast, untiled) for t in runs]
         if budget is not None and not only:
             plain = evaluate(shrunk, base, None, scratch, level, fast, untiled)
             found += [o for grain in overwrite.GRAINS for o in [overwrites(shrunk, plain, grain, budget, align)] if o]
-    return sorted(found, key=lambda p: (p.rank, p.tiling.stop if p.tiling else 0, p.tiling.grid if p.tiling else (1, 1)))
+    return sorted(found, key=lambda p: (p.rank, p.tiling.stop if p.tiling else 0, p.tiling.grid if p.tiling else (1, 1),
+                                        p.tiling is not None and p.tiling.shift is not None))
+
+
+def _over_input(g: Graph, base: list[Buffer], t: Tiling, align: int) -> int | None:
+    """Where the run's output map can lie over its input map (`tiling.over_input_shift`), when the input dies in
+    the run, both are in the arena and they would overlap; else None."""
+    x, y = g.nodes[t.start].inputs[0], g.nodes[t.stop - 1].outputs[0]
+    bx = next((b for b in base if not b.scratch and x in b.tensors), None)
+    by = next((b for b in base if not b.scratch and y in b.tensors), None)
+    if not (bx and by and bx is not by and bx.memory == by.memory == "arena" and bx.end < t.stop):
+        return None
+    shift = tiling.over_input_shift(g, t, align)
+    return shift if -by.size < shift < bx.size else None
 
 
 def _placed(p: Option, align: int) -> Option:
@@ -238,6 +258,12 @@ def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Opt
         tried += 1
         if tried >= MAX_PLACEMENTS:
             break
+    tiled = sorted((p for p in plans if p.tiling and not p.overwrites), key=lambda p: (measure(p, align).bound, p.rank))
+    both = [o for p in tiled[:MAX_PLACEMENTS] for grain in overwrite.GRAINS for o in [overwrites(g, p, grain, budget, align)] if o]
+    plans = sorted(plans + both, key=lambda p: p.rank)
+    for p in sorted((p for p in both if p.bound <= budget), key=lambda p: p.rank)[:MAX_PLACEMENTS]:
+        if _placed(p, align).size <= budget:
+            return p, plans
     least = smallest(plans, align)  # the plans of lowest peak, placed: the error reports the same arena
     return (least if least is not None and least.size <= budget else None), plans
 
@@ -260,7 +286,8 @@ def describe(g: Graph, p: Option) -> str:
         return f"layer by layer{scratch}"
     first, last = g.nodes[t.start], g.nodes[t.stop - 1]
     inside = f" ({words[t.scratch]})" if t.scratch != p.level else ""
-    return f"steps {t.start}-{t.stop - 1} ({first.name!r} to {last.name!r}) tiled {t.grid[0]}x{t.grid[1]}{inside}{scratch}"
+    over = ", output over its input" if t.shift is not None else ""
+    return f"steps {t.start}-{t.stop - 1} ({first.name!r} to {last.name!r}) tiled {t.grid[0]}x{t.grid[1]}{over}{inside}{scratch}"
 
 
 def limit(g: Graph, p: Option) -> str:
@@ -342,15 +369,21 @@ def finish(g: Graph, p: Option, config: dict, schedule: str, layer_by_layer: int
     return g
 
 
-def plan_tiled(graph: Graph, config: dict, stop: int, grid: tuple[int, int], level: str = "full") -> Graph:
-    """`graph` planned in its given order with its leading run up to step `stop` tiled as `grid` (tests, exploring)."""
+def plan_tiled(graph: Graph, config: dict, stop: int, grid: tuple[int, int], level: str = "full",
+               over_input: bool = False, grain: int = 0) -> Graph:
+    """`graph` planned in its given order with its leading run up to step `stop` tiled as `grid`, its output over its
+    input when asked, and (`grain`) every later layer that helps run over its input (tests, exploring)."""
     from kiln.plan import _annotate, plan
 
     untiled = plan(graph, dict(config, budget=0, reorder=False))
     g = graph.copy()
     for p in options(g, config, (level,), (stop, tuple(grid))):
-        if p.tiling.scratch != level:
+        if p.tiling.scratch != level or (p.tiling.shift is not None) != over_input:
             continue
+        if grain:
+            p = overwrites(g, p, grain, 0, int(config["alignment"]))
+            if p is None:
+                raise KilnError(f"graph {graph.name!r}: no layer after the tiled run can run over its input")
         _placed(measure(p, int(config["alignment"])), int(config["alignment"]))
         return finish(g, p, config, "given", untiled.meta["arena_size"], untiled.meta["lower_bound"], _annotate)
     raise KilnError(f"graph {graph.name!r}: no tiling of steps up to {stop} as a {grid[0]}x{grid[1]} grid")
@@ -367,6 +400,8 @@ def budget_meta(g: Graph, p: Option, layer_by_layer: int, layer_bound: int) -> d
         t = p.tiling
         meta.update({"tiled_run": [t.start, t.stop], "tile_grid": list(t.grid), "tile_scratch": t.scratch,
                      "run_macs": tiling.run_macs(g, t.start, t.stop)})
+        if t.shift is not None:
+            meta["tile_output_over_input"] = 1
     return meta
 
 

@@ -90,14 +90,14 @@ def pieces(g: Graph, step: int, grain: int, scratch_level: str, align: int) -> l
         for order in (1, -1):
             r, w = reads[::order], writes[::order]
             found.append(Overwrite(step, tuple(params[::order]), tuple(r), tuple(w), tile, scratch,
-                                   _shift(r, w, align, lag, reverse=order < 0), lag))
+                                   shift_for(r, w, align, lag, reverse=order < 0), lag))
     return found
 
 
-def _shift(reads: list[tuple[int, int]], writes: list[tuple[int, int]], align: int, lag: int, reverse: bool) -> int:
-    """The shift nearest zero (a multiple of `align`) at which each piece's copy (made once `lag` more pieces are
-    computed) misses what the pieces after those read: in map order every write below every later read, in
-    reverse order above it."""
+def shift_for(reads: list[tuple[int, int]], writes: list[tuple[int, int]], align: int, lag: int, reverse: bool) -> int:
+    """The shift nearest zero (a multiple of `align`) at which each piece's write (made once `lag` more pieces are
+    computed; -1: while the piece itself still reads) misses what the pieces after those read: in map order
+    every write below every later read, in reverse order above it."""
     n = len(writes)
     edge = [0] * (n + 1)  # edge[j]: the lowest (reverse: highest) byte read by pieces j and after
     edge[n] = 2**62 if not reverse else -(2**62)
@@ -110,33 +110,37 @@ def _shift(reads: list[tuple[int, int]], writes: list[tuple[int, int]], align: i
     return round_up(max(0, least), align)
 
 
-def merge(bufs: list[Buffer], g: Graph, o: Overwrite, align: int) -> list[Buffer] | None:
-    """`bufs` with the layer's input and output buffers made one, the output `o.shift` bytes from the input (and
-    the step's kernel scratch resized; the tile buffer is the caller's to add); None when the input outlives the step or either
-    map is outside the arena."""
-    node = g.nodes[o.step]
-    x, y = node.inputs[0], node.outputs[0]
+def join(bufs: list[Buffer], x: str, y: str, shift: int, start: int, end: int, align: int) -> list[Buffer] | None:
+    """`bufs` with the buffers of map `x` (last read at step `end`) and map `y` (first written at step `start`) made
+    one, `y` placed `shift` bytes from `x`; None when `x` lives on, either is outside the arena, or they would not
+    overlap (two buffers place better)."""
     bx = next((b for b in bufs if not b.scratch and x in b.tensors), None)
     by = next((b for b in bufs if not b.scratch and y in b.tensors), None)
     if bx is None or by is None or bx is by or bx.memory != "arena" or by.memory != "arena":
         return None
-    if bx.end != o.step or by.start != o.step:
+    if bx.end != end or by.start != start:
         return None
-    base_y = bx.shifts.get(x, 0) + o.shift - by.shifts.get(y, 0)
+    base_y = bx.shifts.get(x, 0) + shift - by.shifts.get(y, 0)
+    if base_y >= bx.size or base_y + by.size <= 0:
+        return None
     low = min(0, base_y)
     shifts = {t: bx.shifts.get(t, 0) - low for t in bx.tensors}
     shifts.update({t: base_y + by.shifts.get(t, 0) - low for t in by.tensors})
     size = round_up(max(bx.size, base_y + by.size) - low, align)
     joined = Buffer(bx.tensors + by.tensors, size, bx.start, by.end, "arena", shifts=shifts)
-    out = []
-    for b in bufs:
-        if b is bx:
-            out.append(joined)
-        elif b is not by:
-            if b.scratch and b.start == o.step and b.tensors[0] == f"{node.name}#scratch":
-                b = Buffer(b.tensors, round_up(o.scratch, align), b.start, b.end, b.memory, scratch=True)
-            out.append(b)
-    return out
+    return [joined if b is bx else b for b in bufs if b is not by]
+
+
+def merge(bufs: list[Buffer], g: Graph, o: Overwrite, align: int) -> list[Buffer] | None:
+    """`bufs` with the layer's input and output buffers made one (`join`) and the step's kernel scratch resized
+    (the tile buffer is the caller's to add)."""
+    node = g.nodes[o.step]
+    joined = join(bufs, node.inputs[0], node.outputs[0], o.shift, o.step, o.step, align)
+    if joined is None:
+        return None
+    label = f"{node.name}#scratch"
+    return [Buffer(b.tensors, round_up(o.scratch, align), b.start, b.end, b.memory, scratch=True)
+            if b.scratch and b.start == o.step and b.tensors[0] == label else b for b in joined]
 
 
 def tile_buffer(g: Graph, o: Overwrite, align: int) -> Buffer:
