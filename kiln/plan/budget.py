@@ -53,7 +53,7 @@ class Option:
     bound: int = -1  # the peak of live arena bytes (-1: not measured yet)
     placement: Placement | None = None
     overwrites: tuple[overwrite.Overwrite, ...] = ()  # layers run in pieces over their own input
-    grain: int = 0  # their pieces' output rows (pixels)
+    grain: int = 0  # the most output rows in their pieces
 
     @property
     def moved(self) -> int:
@@ -160,7 +160,8 @@ def measure(p: Option, align: int) -> Option:
 def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int) -> Option | None:
     """`plain` (layer by layer, or with a tiled run) with layers outside its run run over their input, added one
     at a time at the step of most live bytes while that is over `budget` (and the layer there lowers it): only
-    where the budget needs one. None: no layer helps."""
+    where the budget needs one. Each in the largest pieces, up to `grain` rows, that bring its step within the
+    budget (fewer calls), else in those that lower it most. None: no layer helps."""
     measure(plain, align)
     bufs, extras, chosen = list(plain.bufs), list(plain.extras), []
     tried = set(range(plain.tiling.start, plain.tiling.stop)) if plain.tiling else set()
@@ -172,12 +173,17 @@ def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int) -> 
         if step is None:
             break
         tried.add(step)
-        merged = overwrite.best_merge(bufs, g, overwrite.pieces(g, step, grain, plain.level, align), align)
-        if merged is None:
+        tries = []
+        for size in (k for k in reversed(overwrite.GRAINS) if k <= grain):
+            merged = overwrite.best_merge(bufs, g, overwrite.pieces(g, step, size, plain.level, align), align)
+            if merged is not None:
+                new_extras = extras + [overwrite.tile_buffer(g, merged[1], align)]
+                tries.append((_live(merged[0] + new_extras, steps)[step], merged, new_extras))
+        fits = [t for t in tries if t[0] <= budget]
+        if not tries:
             continue
-        new_bufs, o = merged
-        new_extras = extras + [overwrite.tile_buffer(g, o, align)]
-        if _live(new_bufs + new_extras, steps)[step] < live[step]:
+        at, (new_bufs, o), new_extras = fits[0] if fits else min(tries, key=lambda t: t[0])
+        if at < live[step]:
             bufs, extras, chosen = new_bufs, new_extras, chosen + [o]
     if not chosen:
         return None
@@ -281,7 +287,7 @@ def describe(g: Graph, p: Option) -> str:
     scratch = f", {words[p.level]}" if p.level != "full" else ""
     if p.overwrites:
         steps = ", ".join(str(o.step) for o in p.overwrites)
-        return f"steps {steps} run over their input in pieces of {p.grain} row{'s' if p.grain > 1 else ''}{scratch}"
+        return f"steps {steps} run over their input in pieces of up to {p.grain} row{'s' if p.grain > 1 else ''}{scratch}"
     if t is None:
         return f"layer by layer{scratch}"
     first, last = g.nodes[t.start], g.nodes[t.stop - 1]

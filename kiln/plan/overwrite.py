@@ -1,7 +1,8 @@
 """Layers that write their output over their own input (TinyEngine's in-place depthwise, generalised).
 
 A window or 1x1 layer whose input map dies at it is run in pieces, row
-bands of its output, each computed
+bands of its output (for a 1x1, runs of pixels rounded down to a multiple
+of four, the kernel's fast-path group), each computed
 into a small tile buffer and then copied into the output map. The output map
 shares storage with the input map, `shift` bytes from it, chosen so that
 every copy lands only on input bytes no later piece reads: with the pieces
@@ -19,7 +20,7 @@ from kiln.ir.graph import DTYPES, Graph
 from kiln.plan import tiling
 from kiln.plan.buffers import Buffer, round_up
 
-GRAINS = (1, 2, 4, 8)  # output rows per piece
+GRAINS = (1, 2, 4, 8)  # output rows per piece (or, for a 1x1, about as many pixels)
 ONE_BY_ONE = "kiln_conv2d_1x1_s8"
 
 
@@ -59,6 +60,8 @@ def pieces(g: Graph, step: int, grain: int, scratch_level: str, align: int) -> l
     names = list(n.attrs["param_names"])
     if n.attrs["kernel"] == ONE_BY_ONE:
         pixels, step_pixels = y.shape[1] * y.shape[2], grain * y.shape[2]
+        if step_pixels >= 4:  # whole groups of four pixels: the kernel's fast path takes four at a time
+            step_pixels -= step_pixels % 4
         ranges = [(p, min(p + step_pixels, pixels)) for p in range(0, pixels, step_pixels)]
         if len(ranges) < 2:
             return []
