@@ -285,15 +285,16 @@ def describe(g: Graph, p: Option) -> str:
     t = p.tiling
     words = {"full": "", "strip": "depthwise scratch one window tall", "none": "no kernel scratch"}
     scratch = f", {words[p.level]}" if p.level != "full" else ""
+    parts = []
+    if t is not None:
+        first, last = g.nodes[t.start], g.nodes[t.stop - 1]
+        inside = f" ({words[t.scratch]})" if t.scratch != p.level else ""
+        over = ", output over its input" if t.shift is not None else ""
+        parts.append(f"steps {t.start}-{t.stop - 1} ({first.name!r} to {last.name!r}) tiled {t.grid[0]}x{t.grid[1]}{over}{inside}")
     if p.overwrites:
         steps = ", ".join(str(o.step) for o in p.overwrites)
-        return f"steps {steps} run over their input in pieces of up to {p.grain} row{'s' if p.grain > 1 else ''}{scratch}"
-    if t is None:
-        return f"layer by layer{scratch}"
-    first, last = g.nodes[t.start], g.nodes[t.stop - 1]
-    inside = f" ({words[t.scratch]})" if t.scratch != p.level else ""
-    over = ", output over its input" if t.shift is not None else ""
-    return f"steps {t.start}-{t.stop - 1} ({first.name!r} to {last.name!r}) tiled {t.grid[0]}x{t.grid[1]}{over}{inside}{scratch}"
+        parts.append(f"steps {steps} run over their input in pieces of up to {p.grain} row{'s' if p.grain > 1 else ''}")
+    return " and ".join(parts or ["layer by layer"]) + scratch
 
 
 def limit(g: Graph, p: Option) -> str:

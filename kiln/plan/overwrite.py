@@ -1,16 +1,18 @@
 """Layers that write their output over their own input (TinyEngine's in-place depthwise, generalised).
 
-A window or 1x1 layer whose input map dies at it is run in pieces, row
-bands of its output (for a 1x1, runs of pixels rounded down to a multiple
-of four, the kernel's fast-path group), each computed
-into a small tile buffer and then copied into the output map. The output map
-shares storage with the input map, `shift` bytes from it, chosen so that
-every copy lands only on input bytes no later piece reads: with the pieces
-in map order the output sits at or before the input (a 3x3 stride-1
-depthwise: one row before; a 1x1 with as many or fewer output channels: on
-it), in reverse order at or after it. Each piece is the same kernel on a
-sub-window with its own parameters (as a tiled run's tile), so nothing in
-the arithmetic changes; the cost is one copy of the output.
+A window or 1x1 layer whose input map dies at it is run in pieces, row bands
+of its output (for a 1x1, runs of pixels in whole groups of four, the kernel's
+fast-path group), each computed into a small tile buffer and copied into the
+output map, which shares storage with the input map, `shift` bytes from it.
+The shift is chosen so that every copy lands only on input bytes no later
+piece reads: with the copy right after its piece and the pieces in map order,
+the output sits at or before the input (a 3x3 stride-1 depthwise: one row
+before; a 1x1 with as many or fewer output channels: on it), in reverse order
+at or after it; with the copy one piece late (a tile buffer of two pieces,
+TinyEngine's line buffer) a 3x3 stride-1 depthwise sits exactly on its input.
+Each piece is the same kernel on a sub-window with its own parameters (as a
+tiled run's tile), so nothing in the arithmetic changes; the cost is one copy
+of the output and the calls' own overhead.
 """
 from __future__ import annotations
 
