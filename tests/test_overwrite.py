@@ -14,6 +14,7 @@ import pytest
 
 from model_builds import ModelBuilds, shared_root
 from kiln import host
+from kiln.errors import KilnError
 from kiln.check import reference_outputs
 from kiln.codegen import generate
 from kiln.inspect import describe, render
@@ -50,7 +51,7 @@ def overwritten_stack(seed: int) -> tuple[Graph, Graph]:
         grain, level = int(rng.choice(overwrite.GRAINS)), LEVELS[int(rng.integers(len(LEVELS)))]
         try:
             return graph, plan_overwritten(lowered, config, grain, level)
-        except Exception as e:  # no layer helps in this stack: another
+        except KilnError as e:  # no layer helps in this stack: another
             if "no layer can run over its input" not in str(e):
                 raise
     raise AssertionError(f"seed {seed}: no stack with a layer run over its input")
@@ -73,7 +74,7 @@ def tiled_then_overwritten(seed: int) -> tuple[Graph, Graph]:
         stop, grid, over = runs[int(rng.integers(len(runs)))]
         try:
             return graph, plan_tiled(lowered, config, stop, grid, "full", over, int(rng.choice(overwrite.GRAINS)))
-        except Exception as e:
+        except KilnError as e:
             if "no layer after the tiled run" not in str(e):
                 raise
     raise AssertionError(f"seed {seed}: no stack with a tiled run and a layer over its input after it")
@@ -192,7 +193,7 @@ def test_kiln_plan_explore_prints_the_frontier(builds, capsys):
     assert all(a[0] > b[0] and sum(a[1:]) < sum(b[1:]) for a, b in zip(rows, rows[1:]))
     graph, config = load(lowered), dict(PLAN, io_in_arena=False, reorder=True)
     assert plan(graph, dict(config, budget=rows[-1][0])).meta["arena_size"] <= rows[-1][0]
-    with pytest.raises(Exception, match=f"exceeds plan.budget {rows[-1][0] - 1}; the smallest"):
+    with pytest.raises(KilnError, match=f"exceeds plan.budget {rows[-1][0] - 1}; the smallest"):
         plan(graph, dict(config, budget=rows[-1][0] - 1))
 
 

@@ -1,4 +1,5 @@
-"""plan.budget as a target: when the layer-by-layer arena exceeds it, less kernel scratch or a tiled leading run.
+"""plan.budget as a target: when the layer-by-layer arena exceeds it, less kernel scratch, a tiled leading run
+or layers run over their own input.
 
 The plan stage first tries its candidate schedules (the smallest arena among
 them is the layer-by-layer plan). When that is still over budget, this module
@@ -11,7 +12,11 @@ shrinks to its largest tile, and a layer's scratch to what its tile needs;
 when the first layer's patches are not whole rows of its input they are
 copied into a patch buffer, and when the output tiles are not whole rows
 they are computed into a tile buffer and copied into place
-(`kiln_copy_part`). Among the plans whose placed arena fits, the one that
+(`kiln_copy_part`); a variant writes the run's output over its input. Given
+a budget, layers are also run in pieces over their own input
+(`kiln.plan.overwrite`), one at a time at the step of most live bytes while
+it is over the budget: in a layer-by-layer plan, and, when nothing else
+fits, after the tiled runs of lowest peak. Among the plans whose placed arena fits, the one that
 adds the least work wins (`Option.rank`); when none fits, the error gives
 the smallest arena found and what limits it.
 """
@@ -128,12 +133,18 @@ def _buffers(g: Graph, base: list[Buffer], t: Tiling, scratch: Scratch, align: i
     return out, extras
 
 
-def _peak(bufs: list[Buffer], steps: int) -> int:
-    live = [0] * (steps + 2)
+def _live(bufs: list[Buffer], steps: int) -> list[int]:
+    """The arena bytes live at each step."""
+    live = [0] * steps
     for b in bufs:
-        for step in range(max(b.start, 0), min(b.end, steps - 1) + 1):
-            live[step] += b.size
-    return max(live)
+        if b.memory == "arena":
+            for step in range(max(b.start, 0), min(b.end, steps - 1) + 1):
+                live[step] += b.size
+    return live
+
+
+def _peak(bufs: list[Buffer], steps: int) -> int:
+    return max(_live(bufs, steps), default=0)
 
 
 def evaluate(g: Graph, base: list[Buffer], t: Tiling | None, scratch: Scratch, level: str, fast: dict[str, int],
@@ -153,7 +164,7 @@ def measure(p: Option, align: int) -> Option:
     if p.bound < 0:
         g, t = p.graph, p.tiling
         p.bufs, p.extras = _buffers(g, p.base, t, p.scratch, align) if t else ([replace(b) for b in p.base], [])
-        p.bound = _peak([b for b in p.bufs + p.extras if b.memory == "arena"], len(g.nodes))
+        p.bound = _peak(p.bufs + p.extras, len(g.nodes))
     return p
 
 
@@ -188,17 +199,8 @@ def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int) -> 
     if not chosen:
         return None
     p = replace(plain, bufs=bufs, extras=extras, overwrites=tuple(sorted(chosen, key=lambda o: o.step)), grain=grain)
-    p.bound = _peak([b for b in bufs + extras if b.memory == "arena"], steps)
+    p.bound = _peak(bufs + extras, steps)
     return p
-
-
-def _live(bufs: list[Buffer], steps: int) -> list[int]:
-    live = [0] * steps
-    for b in bufs:
-        if b.memory == "arena":
-            for step in range(max(b.start, 0), min(b.end, steps - 1) + 1):
-                live[step] += b.size
-    return live
 
 
 def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
