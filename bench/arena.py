@@ -166,34 +166,47 @@ def budget_rows(tmp: Path) -> list[dict]:
                 met = None
             counts = m4_instructions(plans, quantized, build) if shutil.which(CROSS[0][0]) else {}
             meta = met.meta if met else {}
-            run = f"steps {meta['tiled_run'][0]}-{meta['tiled_run'][1] - 1} {meta['tile_grid'][0]}x{meta['tile_grid'][1]}" \
-                if "tiled_run" in meta else ("layer by layer" if met else "-")
             rows.append({"model": model, "budget": budget, "layer_by_layer_bytes": int(layer.meta["arena_size"]),
+                         "layer_by_layer_bound": int(layer.meta["lower_bound"]), "copied_bytes": int(meta.get("in_place_copied", 0)),
                          "met": met is not None, "arena_bytes": int(meta["arena_size"]) if met else None,
-                         "smallest_bytes": smallest, "plan": run, "scratch": meta.get("scratch_level", "-"),
+                         "smallest_bytes": smallest, "plan": plan_words(meta) if met else "-", "scratch": meta.get("scratch_level", "-"),
                          "extra_macs": int(meta.get("extra_macs", 0)), "macs": graph_macs(layer),
                          "m4_layers": counts.get(f"{model}_layers"), "m4_budget": counts.get(f"{model}_budget")})
     return rows
 
 
+def plan_words(meta: dict) -> str:
+    """The budget plan in a few words: the tiled run and grid, the layers run over their input."""
+    words = []
+    if "tiled_run" in meta:
+        over = ", output over input" if meta.get("tile_output_over_input") else ""
+        words.append(f"steps {meta['tiled_run'][0]}-{meta['tiled_run'][1] - 1} {meta['tile_grid'][0]}x{meta['tile_grid'][1]}{over}")
+    if "in_place_steps" in meta:
+        steps = meta["in_place_steps"]
+        words.append(f"steps {steps[0]}-{steps[-1]} in place" if steps == list(range(steps[0], steps[-1] + 1))
+                     else f"steps {', '.join(map(str, steps))} in place")
+    return "; ".join(words) or "layer by layer"
+
+
 def render_budgets(rows: list[dict]) -> str:
-    lines = ["| model | budget B | layer by layer B | met | arena B | smallest B | plan | kernel scratch | extra MACs "
-             "| M4 instr layer by layer | M4 instr budget plan |", "|---|---:|---:|---|---:|---:|---|---|---:|---:|---:|"]
+    lines = ["| model | budget B | layer by layer B (bound) | met | arena B | smallest B | plan | kernel scratch | extra MACs "
+             "| bytes copied | M4 instr layer by layer | M4 instr budget plan |", "|---|---:|---:|---|---:|---:|---|---|---:|---:|---:|---:|"]
     for r in rows:
         extra = f"{r['extra_macs']:,} ({100 * r['extra_macs'] / r['macs']:.1f}%)" if r["met"] else "-"
         m4 = [f"{v:,}" if v else "-" for v in (r["m4_layers"], r["m4_budget"])]
-        lines.append(f"| {r['model']} | {r['budget']:,} | {r['layer_by_layer_bytes']:,} | {'yes' if r['met'] else 'no'} | "
-                     f"{format(r['arena_bytes'], ',') if r['met'] else '-'} | {r['smallest_bytes']:,} | {r['plan']} | {r['scratch']} | {extra} | "
-                     f"{m4[0]} | {m4[1]} |")
+        copied = f"{r['copied_bytes']:,}" if r["met"] else "-"
+        lines.append(f"| {r['model']} | {r['budget']:,} | {r['layer_by_layer_bytes']:,} ({r['layer_by_layer_bound']:,}) | "
+                     f"{'yes' if r['met'] else 'no'} | {format(r['arena_bytes'], ',') if r['met'] else '-'} | {r['smallest_bytes']:,} | "
+                     f"{r['plan']} | {r['scratch']} | {extra} | {copied} | {m4[0]} | {m4[1]} |")
     return "\n".join(lines)
 
 
 def render_frontier(model: str, build: Path) -> str:
     cfg = model_config.load(ROOT / "models" / model / "model.toml")
     lowered = load(build / "lowered.kir")
-    lines = [f"{model}: arena bytes against recomputed MACs (io_in_arena = true)", f"{'arena':>8} {'extra MACs':>12}  plan"]
-    for size, extra, what in frontier(lowered, dict(cfg["plan"], io_in_arena=True)):
-        lines.append(f"{size:>8} {extra:>12}  {what}")
+    lines = [f"{model}: arena bytes against extra MACs (io_in_arena = true)", f"{'arena':>8} {'extra MACs':>12} {'slow MACs':>10} {'copied':>8}  plan"]
+    for size, extra, slow, copied, what in frontier(lowered, dict(cfg["plan"], io_in_arena=True)):
+        lines.append(f"{size:>8} {extra:>12} {slow:>10} {copied:>8}  {what}")
     return "\n".join(lines)
 
 

@@ -40,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", type=Path, required=True, help="output folder")
     c.set_defaults(func=_cmd_compile)
 
+    x = sub.add_parser("plan", help="plans of a model under plan.budget: --explore prints the frontier of arena bytes "
+                                    "against extra MACs")
+    x.add_argument("source", type=Path, help="a model folder, model.py, .pt2, .onnx or .tflite file, or a lowered.kir")
+    x.add_argument("--explore", action="store_true", required=True, help="print the candidate plans no other beats on both")
+    x.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
+    x.set_defaults(func=_cmd_plan)
+
     i = sub.add_parser("inspect", help="show a .kir file: tensors, ops, shapes, quantization, arena offsets")
     i.add_argument("file", type=Path)
     i.add_argument("--json", action="store_true", help="machine-readable output")
@@ -125,6 +132,31 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     for st in STAGES:
         run_stage(st.name, name, model_dir, cfg, args.output)
     print(f"kiln: compiled {name} into {args.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from kiln.ir import load
+    from kiln.plan.budget import frontier
+    from kiln.runner import run_stage
+
+    if args.source.suffix == ".kir":
+        if not args.source.is_file():
+            raise KilnError(f"{args.source}: no such file")
+        name, lowered = args.source.stem, load(args.source, "lowered")
+        cfg = model_config.load(args.config) if args.config else model_config.validate({}, str(args.source))
+    else:
+        name, model_dir, cfg = resolve_source(args.source, args.config)
+        with tempfile.TemporaryDirectory() as tmp:
+            for st in STAGES[: [s.name for s in STAGES].index("lower") + 1]:
+                run_stage(st.name, name, model_dir, cfg, Path(tmp))
+            lowered = load(Path(tmp) / "lowered.kir", "lowered")
+    print(f"{name}: arena bytes against extra MACs (plan.io_in_arena = {str(bool(cfg['plan']['io_in_arena'])).lower()})")
+    print(f"{'arena':>8} {'extra MACs':>12} {'slow MACs':>10} {'copied':>8}  plan")
+    for size, extra, slow, copied, what in frontier(lowered, cfg["plan"]):
+        print(f"{size:>8} {extra:>12} {slow:>10} {copied:>8}  {what}")
     return 0
 
 

@@ -45,6 +45,10 @@ def render(info: dict[str, Any]) -> str:
         lines.append(f"  tiled: steps {start} to {stop - 1} run as {meta['tile_grid'][0]}x{meta['tile_grid'][1]} tiles, "
                      f"{meta['extra_macs']} MACs recomputed on top of the run's {meta['run_macs']}; "
                      f"arena {meta['arena_size']} B against {meta['layer_by_layer_arena']} B layer by layer")
+    if "in_place_steps" in meta:
+        lines.append(f"  in place: steps {', '.join(map(str, meta['in_place_steps']))} write their output over their input, "
+                     f"in {', '.join(map(str, meta['in_place_pieces']))} pieces, {meta['in_place_copied']} bytes copied; "
+                     f"arena {meta['arena_size']} B against {meta['layer_by_layer_arena']} B layer by layer")
     by_name = {t["name"]: t for t in info["tensors"]}
     lines.append(f"{len(info['nodes'])} nodes:")
     for n in info["nodes"]:

@@ -36,8 +36,9 @@ from kiln.target import cortex_m, qemu
 PLAN = {"alignment": 16, "budget": 0, "io_in_arena": True, "reorder": False, "in_place": True, "lz4": False}
 STACKS = 24
 # model -> (budget that forces tiling, or None) and the tiling imposed when no budget can force one
-ZOO = {"tiny_cnn": (2000, None), "digits_cnn": (1500, None), "kws_dscnn": (15000, None),
-       "tiny_resnet": (None, (2, (3, 2))), "ic_resnet8": (None, (2, (5, 3))), "vww_mobilenet": (None, (5, (4, 3)))}
+ZOO = {"tiny_cnn": (2000, None), "digits_cnn": (1500, None), "kws_dscnn": (None, (11, (12, 1))),
+       "tiny_resnet": (None, (2, (3, 2))), "ic_resnet8": (None, (2, (5, 3))), "vww_mobilenet": (None, (5, (4, 3))),
+       "vww_mobilenet_over": (None, (8, (10, 6), "full", True))}
 
 
 def _q(rng: np.random.Generator) -> QuantParams:
@@ -101,15 +102,17 @@ def tiled_stack(seed: int) -> tuple[Graph, Graph]:
     rng = np.random.default_rng(seed + 7)
     lowered = lower(graph, {"profile": "portable", "scratch_limit": 1 << 20})
     config = dict(PLAN, io_in_arena=bool(rng.integers(0, 2)))
-    choices = sorted({(o.tiling.stop, o.tiling.grid) for o in options(lowered.copy(), config, ("full",)) if o.tiling})
+    found = [o.tiling for o in options(lowered.copy(), config, ("full",)) if o.tiling]
+    choices = sorted({(t.stop, t.grid) for t in found})
     if not choices:
         return tiled_stack(seed + 1000)
     stop, grid = choices[int(rng.integers(len(choices)))]
-    return graph, plan_tiled(lowered, config, stop, grid, LEVELS[int(rng.integers(len(LEVELS)))])
+    over = (stop, grid) in {(t.stop, t.grid) for t in found if t.shift is not None} and np.random.default_rng(seed + 13).random() < 0.6
+    return graph, plan_tiled(lowered, config, stop, grid, LEVELS[int(rng.integers(len(LEVELS)))], over)
 
 
 def zoo_case(builds, model: str) -> tuple[Graph, Graph]:
-    front = builds.front(model)
+    front = builds.front(model.removesuffix("_over"))
     lowered, quantized = load(front / "lowered.kir"), load(front / "quantized.kir")
     budget, imposed = ZOO[model]
     if budget:
@@ -161,6 +164,11 @@ def test_random_tilings_cover_the_hard_cases(cases):
     assert {p.meta["scratch_level"] for p in planned} == set(LEVELS)
     assert any(p.meta["tiled_run"][1] - p.meta["tiled_run"][0] >= 3 for p in planned)
     assert any(p.meta["extra_macs"] > 0 for p in planned)
+    over = [p for p, first, last in runs if p.meta.get("tile_output_over_input")]
+    assert over and len(over) < len(planned)
+    shifts = [int(p.tensors[last.outputs[0]].attrs["offset"]) - int(p.tensors[first.inputs[0]].attrs["offset"])
+              for p, first, last in runs if p.meta.get("tile_output_over_input")]
+    assert any(shifts) and any(abs(d) < p.tensors[first.inputs[0]].nbytes for d, (p, first, _) in zip(shifts, runs))
 
 
 def test_tiled_plans_bit_exact_on_host_sanitized(cases, tmp_path):

@@ -97,8 +97,10 @@ class Tiled:
     scatter: list[list[tuple[str, int]]] | None  # kiln_copy_part of each output tile from `scatter_from` into place
     scatter_from: int
     scatter_to: str
+    scatter_last: list[list[tuple[str, int]]] | None  # copies after the loop (pieces computed before their copy)
     first: bool
     last: bool
+    length: int  # layers in the run
 
 
 def generate(graph: Graph, model: str, config: dict) -> dict[str, bytes]:
@@ -116,10 +118,11 @@ def stream(graph: Graph, model: str, config: dict) -> dict[str, bytes | Iterator
     prefix = symbol_prefix(model, config)
     constants, const_names = _constants(graph)  # checked here, written later
     calls = [_call(graph, i, n, const_names) for i, n in enumerate(graph.nodes) if n.attrs.get("kernel")]
-    run = graph.meta.get("tiled_run")
+    runs = ([graph.meta["tiled_run"]] if "tiled_run" in graph.meta else []) + [[s, s + 1] for s in graph.meta.get("in_place_steps", [])]
     for call in calls:
-        if run and run[0] <= call.index < run[1]:
-            _tile(graph, call, first=call.index == run[0], last=call.index == run[1] - 1)
+        for start, stop in runs:
+            if start <= call.index < stop:
+                _tile(graph, call, first=call.index == start, last=call.index == stop - 1, length=stop - start)
     ctx = {
         "model": c_text(model),
         "prefix": prefix,
@@ -132,7 +135,6 @@ def stream(graph: Graph, model: str, config: dict) -> dict[str, bytes | Iterator
         "section": config["weights_section"],
         "constants": constants,
         "calls": calls,
-        "tiled_run_length": run[1] - run[0] if run else 0,
         "inputs": [_io_info(graph, n, i) for i, n in enumerate(graph.inputs)],
         "outputs": [_io_info(graph, n, i) for i, n in enumerate(graph.outputs)],
     }
@@ -302,7 +304,7 @@ def _call(graph: Graph, index: int, node, const_names: dict[str, str]) -> Call:
     )
 
 
-def _tile(graph: Graph, call: Call, first: bool, last: bool) -> None:
+def _tile(graph: Graph, call: Call, first: bool, last: bool, length: int) -> None:
     """Turn `call` into a call per tile: the plan gave each tile's parameters and where its windows lie."""
     node = graph.nodes[call.index]
     names = list(node.attrs["param_names"])
@@ -318,19 +320,20 @@ def _tile(graph: Graph, call: Call, first: bool, last: bool) -> None:
         values = [int(v) for v in node.attrs[key]]
         return [list(zip(copy_fields, values[k : k + len(copy_fields)])) for k in range(0, len(values), len(copy_fields))]
 
-    gather, scatter = copies("tile_gather"), copies("tile_scatter")
+    gather, scatter, scatter_last = copies("tile_gather"), copies("tile_scatter"), copies("tile_scatter_last")
     x_arg, y_arg = 0, len(node.inputs)
     tiled = Tiled(len(index), variants, index, "uint8_t" if len(variants) < 256 else "uint16_t",
                   in_delta if any(in_delta) else None, out_delta if any(out_delta) else None,
                   gather, call.args[x_arg], int(node.attrs.get("tile_gather_to", -1)),
-                  scatter, int(node.attrs.get("tile_scatter_from", -1)), call.args[y_arg],
-                  first, last)
+                  scatter, int(node.attrs.get("tile_scatter_from", -1)), call.args[y_arg], scatter_last,
+                  first, last, length)
     if gather:
         call.args[x_arg] = f"(const int8_t *)(arena + {tiled.gather_to})"
     elif tiled.in_delta:
         call.args[x_arg] = f"{call.args[x_arg]} + k_tile_in{call.index}[t]"
     if scatter:
-        call.args[y_arg] = f"(int8_t *)(arena + {tiled.scatter_from})"
+        slot = f" + k_tile_out{call.index}[t]" if tiled.out_delta else ""
+        call.args[y_arg] = f"(int8_t *)(arena + {tiled.scatter_from}){slot}"
     elif tiled.out_delta:
         call.args[y_arg] = f"{call.args[y_arg]} + k_tile_out{call.index}[t]"
     call.tiled = tiled

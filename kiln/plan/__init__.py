@@ -121,7 +121,7 @@ def _annotate(g: Graph, best: _Candidate, scratch: Scratch) -> None:
             continue
         for name in b.tensors:
             g.tensors[name].attrs["memory"] = b.memory
-            g.tensors[name].attrs["offset"] = b.offset
+            g.tensors[name].attrs["offset"] = b.offset + b.shifts.get(name, 0)
     regions = {b.start: b.offset for b in best.all if b.scratch}
     for step, node in enumerate(g.nodes):
         layout = scratch.layout.get(node.name)

@@ -1,4 +1,5 @@
-"""plan.budget as a target: when the layer-by-layer arena exceeds it, less kernel scratch or a tiled leading run.
+"""plan.budget as a target: when the layer-by-layer arena exceeds it, less kernel scratch, a tiled leading run
+or layers run over their own input.
 
 The plan stage first tries its candidate schedules (the smallest arena among
 them is the layer-by-layer plan). When that is still over budget, this module
@@ -11,7 +12,11 @@ shrinks to its largest tile, and a layer's scratch to what its tile needs;
 when the first layer's patches are not whole rows of its input they are
 copied into a patch buffer, and when the output tiles are not whole rows
 they are computed into a tile buffer and copied into place
-(`kiln_copy_part`). Among the plans whose placed arena fits, the one that
+(`kiln_copy_part`); a variant writes the run's output over its input. Given
+a budget, layers are also run in pieces over their own input
+(`kiln.plan.overwrite`), one at a time at the step of most live bytes while
+it is over the budget: in a layer-by-layer plan, and, when nothing else
+fits, after the tiled runs of lowest peak. Among the plans whose placed arena fits, the one that
 adds the least work wins (`Option.rank`); when none fits, the error gives
 the smallest arena found and what limits it.
 """
@@ -22,7 +27,7 @@ from types import SimpleNamespace
 
 from kiln.errors import KilnError
 from kiln.ir.graph import Graph, Node
-from kiln.plan import tiling
+from kiln.plan import overwrite, tiling
 from kiln.plan.buffers import Buffer, buffers, round_up
 from kiln.plan.offsets import Placement, place
 from kiln.plan.scratch import Scratch, plan_scratch
@@ -52,6 +57,13 @@ class Option:
     extras: list[Buffer] = field(default_factory=list)  # patch and output-tile buffers
     bound: int = -1  # the peak of live arena bytes (-1: not measured yet)
     placement: Placement | None = None
+    overwrites: tuple[overwrite.Overwrite, ...] = ()  # layers run in pieces over their own input
+    grain: int = 0  # the most output rows in their pieces
+
+    @property
+    def moved(self) -> int:
+        """Bytes copied out of tile buffers by layers run over their input."""
+        return sum(o.copied for o in self.overwrites)
 
     @property
     def size(self) -> int:
@@ -60,9 +72,10 @@ class Option:
     @property
     def rank(self) -> tuple[int, int, int, int]:
         """The least work: recomputed MACs plus MACs moved off a fast path (counted once more: a path without
-        scratch takes about twice the instructions per MAC); then more scratch outside the run, then inside."""
+        scratch takes about twice the instructions per MAC) plus bytes copied by layers run over their input (one
+        each); then more scratch outside the run, then inside; then larger pieces (fewer calls)."""
         inside = LEVELS.index(self.tiling.scratch) if self.tiling else 0
-        return self.extra_macs + self.slow_macs, LEVELS.index(self.level), inside, 0
+        return self.extra_macs + self.slow_macs + self.moved, LEVELS.index(self.level), inside, -self.grain
 
 
 def shrink_scratch(g: Graph, level: str) -> Graph:
@@ -109,6 +122,9 @@ def _buffers(g: Graph, base: list[Buffer], t: Tiling, scratch: Scratch, align: i
         elif b.start <= e and b.end >= s:  # live during the run: live through all of it
             b.start, b.end = min(b.start, s), max(b.end, e)
         out.append(b)
+    if t.shift is not None:
+        out = overwrite.join(out, g.nodes[s].inputs[0], g.nodes[e].outputs[0], t.shift, s, e, align)
+        assert out is not None, "options() offers the output over the input only where it can lie there"
     extras = []
     if tiling.needs_gather(g, t):
         extras.append(Buffer([f"{g.nodes[s].name}#patch"], round_up(tiling.patch_bytes(g, t), align), s, s, scratch=True))
@@ -117,12 +133,18 @@ def _buffers(g: Graph, base: list[Buffer], t: Tiling, scratch: Scratch, align: i
     return out, extras
 
 
-def _peak(bufs: list[Buffer], steps: int) -> int:
-    live = [0] * (steps + 2)
+def _live(bufs: list[Buffer], steps: int) -> list[int]:
+    """The arena bytes live at each step."""
+    live = [0] * steps
     for b in bufs:
-        for step in range(max(b.start, 0), min(b.end, steps - 1) + 1):
-            live[step] += b.size
-    return max(live)
+        if b.memory == "arena":
+            for step in range(max(b.start, 0), min(b.end, steps - 1) + 1):
+                live[step] += b.size
+    return live
+
+
+def _peak(bufs: list[Buffer], steps: int) -> int:
+    return max(_live(bufs, steps), default=0)
 
 
 def evaluate(g: Graph, base: list[Buffer], t: Tiling | None, scratch: Scratch, level: str, fast: dict[str, int],
@@ -142,14 +164,50 @@ def measure(p: Option, align: int) -> Option:
     if p.bound < 0:
         g, t = p.graph, p.tiling
         p.bufs, p.extras = _buffers(g, p.base, t, p.scratch, align) if t else ([replace(b) for b in p.base], [])
-        p.bound = _peak([b for b in p.bufs + p.extras if b.memory == "arena"], len(g.nodes))
+        p.bound = _peak(p.bufs + p.extras, len(g.nodes))
+    return p
+
+
+def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int) -> Option | None:
+    """`plain` (layer by layer, or with a tiled run) with layers outside its run run over their input, added one
+    at a time at the step of most live bytes while that is over `budget` (and the layer there lowers it): only
+    where the budget needs one. Each in the largest pieces, up to `grain` rows, that bring its step within the
+    budget (fewer calls), else in those that lower it most. None: no layer helps."""
+    measure(plain, align)
+    bufs, extras, chosen = list(plain.bufs), list(plain.extras), []
+    tried = set(range(plain.tiling.start, plain.tiling.stop)) if plain.tiling else set()
+    steps = len(g.nodes)
+    while True:
+        live = _live(bufs + extras, steps)
+        order = [s for s in sorted(range(steps), key=lambda s: (-live[s], s)) if live[s] > budget and s not in tried]
+        step = next((s for s in order if overwrite.eligible(g, s)), None)
+        if step is None:
+            break
+        tried.add(step)
+        tries = []
+        for size in (k for k in reversed(overwrite.GRAINS) if k <= grain):
+            merged = overwrite.best_merge(bufs, g, overwrite.pieces(g, step, size, plain.level, align), align)
+            if merged is not None:
+                new_extras = extras + [overwrite.tile_buffer(g, merged[1], align)]
+                tries.append((_live(merged[0] + new_extras, steps)[step], merged, new_extras))
+        fits = [t for t in tries if t[0] <= budget]
+        if not tries:
+            continue
+        at, (new_bufs, o), new_extras = fits[0] if fits else min(tries, key=lambda t: t[0])
+        if at < live[step]:
+            bufs, extras, chosen = new_bufs, new_extras, chosen + [o]
+    if not chosen:
+        return None
+    p = replace(plain, bufs=bufs, extras=extras, overwrites=tuple(sorted(chosen, key=lambda o: o.step)), grain=grain)
+    p.bound = _peak(bufs + extras, steps)
     return p
 
 
 def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
-            only: tuple[int, tuple[int, int]] | None = None) -> list[Option]:
+            only: tuple[int, tuple[int, int]] | None = None, budget: int | None = None) -> list[Option]:
     """Every candidate over the scratch levels, cheapest first: layer by layer, then each tiling of the leading run
-    (`only`: just the tiling of steps up to that stop as that grid)."""
+    (`only`: just the tiling of steps up to that stop as that grid), then (given a `budget`) layers run over
+    their input where the budget needs them, at each piece size."""
     align = int(config["alignment"])
     untiled = {n.name: node_macs(g, n) for n in g.nodes}
     fast = {n.name: untiled[n.name] for n in g.nodes if n.attrs.get("scratch_bytes")}
@@ -166,8 +224,25 @@ def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
             grids = [t for t in grids if (t.stop, t.grid) == only]
         runs = ([] if only else [None]) + [replace(t, scratch=inside) for t in grids
                                            for inside in dict.fromkeys((level, "strip", "none"))]
+        runs += [replace(t, shift=shift) for t in runs if t for shift in [_over_input(shrunk, base, t, align)] if shift is not None]
         found += [evaluate(shrunk, base, t, scratch, level, fast, untiled) for t in runs]
-    return sorted(found, key=lambda p: (p.rank, p.tiling.stop if p.tiling else 0, p.tiling.grid if p.tiling else (1, 1)))
+        if budget is not None and not only:
+            plain = evaluate(shrunk, base, None, scratch, level, fast, untiled)
+            found += [o for grain in overwrite.GRAINS for o in [overwrites(shrunk, plain, grain, budget, align)] if o]
+    return sorted(found, key=lambda p: (p.rank, p.tiling.stop if p.tiling else 0, p.tiling.grid if p.tiling else (1, 1),
+                                        p.tiling is not None and p.tiling.shift is not None))
+
+
+def _over_input(g: Graph, base: list[Buffer], t: Tiling, align: int) -> int | None:
+    """Where the run's output map can lie over its input map (`tiling.over_input_shift`), when the input dies in
+    the run, both are in the arena and they would overlap; else None."""
+    x, y = g.nodes[t.start].inputs[0], g.nodes[t.stop - 1].outputs[0]
+    bx = next((b for b in base if not b.scratch and x in b.tensors), None)
+    by = next((b for b in base if not b.scratch and y in b.tensors), None)
+    if not (bx and by and bx is not by and bx.memory == by.memory == "arena" and bx.end < t.stop):
+        return None
+    shift = tiling.over_input_shift(g, t, align)
+    return shift if -by.size < shift < bx.size else None
 
 
 def _placed(p: Option, align: int) -> Option:
@@ -181,7 +256,7 @@ def _placed(p: Option, align: int) -> Option:
 def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Option]]:
     """The cheapest plan that fits `budget` (or None), and every candidate evaluated, cheapest first."""
     align = int(config["alignment"])
-    plans = options(g, config)
+    plans = options(g, config, budget=budget)
     tried = 0
     for p in plans:
         if measure(p, align).bound > budget:
@@ -191,6 +266,12 @@ def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Opt
         tried += 1
         if tried >= MAX_PLACEMENTS:
             break
+    tiled = sorted((p for p in plans if p.tiling and not p.overwrites), key=lambda p: (measure(p, align).bound, p.rank))
+    both = [o for p in tiled[:MAX_PLACEMENTS] for grain in overwrite.GRAINS for o in [overwrites(g, p, grain, budget, align)] if o]
+    plans = sorted(plans + both, key=lambda p: p.rank)
+    for p in sorted((p for p in both if p.bound <= budget), key=lambda p: p.rank)[:MAX_PLACEMENTS]:
+        if _placed(p, align).size <= budget:
+            return p, plans
     least = smallest(plans, align)  # the plans of lowest peak, placed: the error reports the same arena
     return (least if least is not None and least.size <= budget else None), plans
 
@@ -206,11 +287,16 @@ def describe(g: Graph, p: Option) -> str:
     t = p.tiling
     words = {"full": "", "strip": "depthwise scratch one window tall", "none": "no kernel scratch"}
     scratch = f", {words[p.level]}" if p.level != "full" else ""
-    if t is None:
-        return f"layer by layer{scratch}"
-    first, last = g.nodes[t.start], g.nodes[t.stop - 1]
-    inside = f" ({words[t.scratch]})" if t.scratch != p.level else ""
-    return f"steps {t.start}-{t.stop - 1} ({first.name!r} to {last.name!r}) tiled {t.grid[0]}x{t.grid[1]}{inside}{scratch}"
+    parts = []
+    if t is not None:
+        first, last = g.nodes[t.start], g.nodes[t.stop - 1]
+        inside = f" ({words[t.scratch]})" if t.scratch != p.level else ""
+        over = ", output over its input" if t.shift is not None else ""
+        parts.append(f"steps {t.start}-{t.stop - 1} ({first.name!r} to {last.name!r}) tiled {t.grid[0]}x{t.grid[1]}{over}{inside}")
+    if p.overwrites:
+        steps = ", ".join(str(o.step) for o in p.overwrites)
+        parts.append(f"steps {steps} run over their input in pieces of up to {p.grain} row{'s' if p.grain > 1 else ''}")
+    return " and ".join(parts or ["layer by layer"]) + scratch
 
 
 def limit(g: Graph, p: Option) -> str:
@@ -222,10 +308,13 @@ def limit(g: Graph, p: Option) -> str:
     return f"peak at step {step} (node {g.nodes[step].name!r}) with live buffers: {names}"
 
 
-def annotate(g: Graph, p: Option, annotate_untiled) -> None:
+def annotate(g: Graph, p: Option, annotate_untiled, align: int) -> None:
     """Offsets as an untiled plan's, then each run node's per-tile parameters and pointer deltas."""
     g.nodes = list(p.graph.nodes)
     annotate_untiled(g, SimpleNamespace(all=p.bufs), p.scratch)
+    extras = {b.tensors[0]: b for b in p.extras}
+    for o in p.overwrites:
+        overwrite.annotate(g, o, extras[f"{g.nodes[o.step].name}#inplace"].offset, COPY_FIELDS, align)
     t = p.tiling
     if t is None:
         return
@@ -281,7 +370,7 @@ def _copy(rows: int, cols: int, shape: tuple[int, ...], row: int, col: int, gath
 
 def finish(g: Graph, p: Option, config: dict, schedule: str, layer_by_layer: int, layer_bound: int, annotate_untiled) -> Graph:
     """`g` (its schedule) planned as `p` (placed): offsets, per-tile calls and the meta a plan records."""
-    annotate(g, p, annotate_untiled)
+    annotate(g, p, annotate_untiled, int(config["alignment"]))
     g.meta.update({"arena_size": p.size, "lower_bound": p.bound, "alignment": int(config["alignment"]),
                    "arena_ratio": round(p.size / p.bound, 4) if p.bound else 1.0,
                    "schedule": schedule, "placement": p.placement.heuristic, "lz4": int(bool(config["lz4"]))})
@@ -289,15 +378,21 @@ def finish(g: Graph, p: Option, config: dict, schedule: str, layer_by_layer: int
     return g
 
 
-def plan_tiled(graph: Graph, config: dict, stop: int, grid: tuple[int, int], level: str = "full") -> Graph:
-    """`graph` planned in its given order with its leading run up to step `stop` tiled as `grid` (tests, exploring)."""
+def plan_tiled(graph: Graph, config: dict, stop: int, grid: tuple[int, int], level: str = "full",
+               over_input: bool = False, grain: int = 0) -> Graph:
+    """`graph` planned in its given order with its leading run up to step `stop` tiled as `grid`, its output over its
+    input when asked, and (`grain`) every later layer that helps run over its input (tests, exploring)."""
     from kiln.plan import _annotate, plan
 
     untiled = plan(graph, dict(config, budget=0, reorder=False))
     g = graph.copy()
     for p in options(g, config, (level,), (stop, tuple(grid))):
-        if p.tiling.scratch != level:
+        if p.tiling.scratch != level or (p.tiling.shift is not None) != over_input:
             continue
+        if grain:
+            p = overwrites(g, p, grain, 0, int(config["alignment"]))
+            if p is None:
+                raise KilnError(f"graph {graph.name!r}: no layer after the tiled run can run over its input")
         _placed(measure(p, int(config["alignment"])), int(config["alignment"]))
         return finish(g, p, config, "given", untiled.meta["arena_size"], untiled.meta["lower_bound"], _annotate)
     raise KilnError(f"graph {graph.name!r}: no tiling of steps up to {stop} as a {grid[0]}x{grid[1]} grid")
@@ -307,10 +402,15 @@ def budget_meta(g: Graph, p: Option, layer_by_layer: int, layer_bound: int) -> d
     """What the budget changed, for planned.kir, `kiln inspect` and the build report."""
     meta = {"scratch_level": p.level, "extra_macs": p.extra_macs, "layer_by_layer_arena": layer_by_layer,
             "layer_by_layer_bound": layer_bound}
+    if p.overwrites:
+        meta.update({"in_place_steps": [o.step for o in p.overwrites], "in_place_pieces": [len(o.params) for o in p.overwrites],
+                     "in_place_copied": p.moved})
     if p.tiling:
         t = p.tiling
         meta.update({"tiled_run": [t.start, t.stop], "tile_grid": list(t.grid), "tile_scratch": t.scratch,
                      "run_macs": tiling.run_macs(g, t.start, t.stop)})
+        if t.shift is not None:
+            meta["tile_output_over_input"] = 1
     return meta
 
 
@@ -319,8 +419,9 @@ def over_budget_error(g: Graph, budget: int, best: Option) -> KilnError:
                      f"reaches, with {describe(g, best)}, {best.extra_macs} extra MACs; {limit(g, best)}")
 
 
-def frontier(graph: Graph, config: dict) -> list[tuple[int, int, str]]:
-    """(arena bytes, extra MACs, plan) of the candidates no other beats on both, in the graph's best schedule.
+def frontier(graph: Graph, config: dict) -> list[tuple[int, int, int, int, str]]:
+    """(arena bytes, extra MACs, MACs off a fast path, bytes copied, plan) of the candidates no other beats on both
+    arena and added work (their sum, as `Option.rank` counts it), in the graph's best schedule.
 
     Candidates are first filtered on their peak (a placement never goes below it), then placed.
     """
@@ -330,13 +431,28 @@ def frontier(graph: Graph, config: dict) -> list[tuple[int, int, str]]:
     g = graph.copy()
     g.nodes = [next(n for n in graph.nodes if n.name == m.name) for m in scheduled.nodes]
     align, kept, lowest = int(config["alignment"]), [], None
-    for p in sorted(options(g, config), key=lambda p: (p.extra_macs, measure(p, align).bound, p.rank)):
+    for p in sorted(options(g, config, budget=0), key=lambda p: (p.rank[0], measure(p, align).bound, p.rank)):
         if lowest is None or p.bound < lowest:
             kept.append(p)
             lowest = p.bound
-    placed = sorted(((_placed(p, align).size, p.extra_macs, describe(g, p)) for p in kept), key=lambda r: (r[1], r[0]))
-    best: list[tuple[int, int, str]] = []
+    placed = sorted(((_placed(p, align).size, p.extra_macs, p.slow_macs, p.moved, describe(g, p)) for p in kept),
+                    key=lambda r: (r[1] + r[2] + r[3], r[0]))
+    best: list[tuple[int, int, int, int, str]] = []
     for row in placed:
         if not best or row[0] < best[-1][0]:
             best.append(row)
     return best
+
+
+def plan_overwritten(graph: Graph, config: dict, grain: int, level: str = "full") -> Graph:
+    """`graph` planned in its given order with every layer that lowers its step's live bytes run over its input in
+    pieces of `grain` rows (tests, exploring)."""
+    from kiln.plan import _annotate, plan
+
+    untiled = plan(graph, dict(config, budget=0, reorder=False))
+    g = graph.copy()
+    for p in options(g, config, (level,), budget=0):
+        if p.grain == grain:
+            _placed(p, int(config["alignment"]))
+            return finish(g, p, config, "given", untiled.meta["arena_size"], untiled.meta["lower_bound"], _annotate)
+    raise KilnError(f"graph {graph.name!r}: no layer can run over its input in pieces of {grain} rows")

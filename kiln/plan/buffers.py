@@ -8,7 +8,7 @@ step only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kiln.errors import KilnError
 from kiln.ir.graph import Graph
@@ -24,6 +24,7 @@ class Buffer:
     memory: str = "arena"
     offset: int = 0
     scratch: bool = False
+    shifts: dict[str, int] = field(default_factory=dict)  # tensors placed this many bytes into it (others: at 0)
 
     def overlaps(self, other: "Buffer") -> bool:
         return self.start <= other.end and other.start <= self.end

@@ -16,7 +16,8 @@ def _non_negative(v: int) -> str | None:
 CONFIG = {
     "alignment": Key("alignment", int, 16, "Alignment in bytes of every arena buffer (and of the arena itself): a power of two, at most 4096.", alignment_problem),
     "budget": Key("budget", int, 0, "SRAM budget for the arena in bytes (inputs and outputs included with io_in_arena); 0 means none. Over it, the plan "
-                  "gives kernels less scratch and runs its leading layers tile by tile, whichever fits recomputing the fewest MACs; "
+                  "gives kernels less scratch, runs its leading layers tile by tile and runs layers in pieces over their own input, "
+                  "whichever fits adding the least work (`docs/ir.md`); "
                   "a budget nothing meets fails with the smallest arena reached and what limits it.", _non_negative),
     "reorder": Key("reorder", bool, True, "Let the planner run the nodes in another valid order when that lowers the peak of live bytes."),
     "in_place": Key("in_place", bool, True, "Let element-wise kernels write over an input that dies at them (only kernels proven safe in place)."),

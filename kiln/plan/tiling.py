@@ -63,6 +63,7 @@ class Tiling:
     rows: Axis
     cols: Axis
     scratch: str = "full"  # the run's kernel scratch: "full" as given, "strip" one depthwise window tall, "none"
+    shift: int | None = None  # the run's output map written over its input map, this many bytes from it (None: apart)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -237,3 +238,22 @@ def tile_params(g: Graph, t: Tiling, layer: int, tile: tuple[int, int]) -> list[
     if "scratch_bytes" in values:
         values["scratch_bytes"] = kernel_scratch(g, t, layer)
     return [values[name] for name in node.attrs["param_names"]]
+
+
+def over_input_shift(g: Graph, t: Tiling, align: int) -> int:
+    """The offset from the run's input map at which its output map can lie over it (`kiln.plan.overwrite`): each
+    tile's output lands only on input bytes no later tile reads. A tile's input is read (or copied into the
+    patch) before its last layer writes, except in a one-layer run writing in place, where both happen in
+    one call. Per tile, the bytes read and written are taken as the hull from the first to the last."""
+    from kiln.plan.overwrite import shift_for
+
+    x, y = g.tensors[g.nodes[t.start].inputs[0]], g.tensors[g.nodes[t.stop - 1].outputs[0]]
+    x_row, y_row = x.shape[2] * x.shape[3], y.shape[2] * y.shape[3]
+    reads, writes = [], []
+    for r, c in t.tiles():
+        wr, wc = t.rows.windows[0][r], t.cols.windows[0][c]
+        (o0, o1), (p0, p1) = t.rows.outputs[r], t.cols.outputs[c]
+        reads.append((wr.lo * x_row + wc.lo * x.shape[3], (wr.hi - 1) * x_row + wc.hi * x.shape[3]))
+        writes.append((o0 * y_row + p0 * y.shape[3], (o1 - 1) * y_row + p1 * y.shape[3]))
+    same_call = t.stop - t.start == 1 and not needs_scatter(g, t)
+    return shift_for(reads, writes, align, -1 if same_call else 0, reverse=False)

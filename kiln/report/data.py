@@ -147,6 +147,9 @@ def tiling_text(planned: Graph) -> str:
         rows, cols = meta["tile_grid"]
         text += (f"; steps {start} to {stop - 1} run tile by tile ({rows}x{cols} tiles, the map below shows one tile's "
                  f"buffers), {int(meta['extra_macs']):,} MACs recomputed ({100 * int(meta['extra_macs']) / max(int(meta['run_macs']), 1):.1f}% of the run)")
+    if "in_place_steps" in meta:
+        text += (f"; steps {', '.join(map(str, meta['in_place_steps']))} write their output over their input piece by "
+                 f"piece ({int(meta['in_place_copied']):,} bytes copied out of a tile buffer)")
     return text + f"; kernel scratch: {meta['scratch_level']}"
 
 
@@ -228,8 +231,17 @@ def buffers(graph: Graph) -> list[Buffer]:
                                   round_up(graph.tensors[node.inputs[pos]].nbytes, align)))
         if int(node.attrs.get("scratch", -1)) >= 0:
             out.append(Buffer(f"{node.name}#scratch", *step_span(step), int(node.attrs["scratch"]),
-                              round_up(int(node.attrs["scratch_bytes"]), align)))
+                              round_up(_scratch_bytes(node), align)))
     return sorted(out, key=lambda b: (b.first, b.offset, b.name))
+
+
+def _scratch_bytes(node) -> int:
+    """The kernel scratch a call takes: in a tiled run or in pieces, the most any tile's call takes."""
+    if "tile_params" not in node.attrs:
+        return int(node.attrs["scratch_bytes"])
+    names = list(node.attrs["param_names"])
+    flat = [int(v) for v in node.attrs["tile_params"]]
+    return max(flat[k + names.index("scratch_bytes")] for k in range(0, len(flat), len(names)))
 
 
 def timeline(graph: Graph) -> list[Step]:
