@@ -23,7 +23,7 @@ from kiln.lower import lower
 from kiln.model_table import firmware_model
 from kiln.plan import overwrite, plan
 from kiln.plan.budget import LEVELS, options, plan_overwritten, plan_tiled
-from kiln.report.data import tiling_text
+from kiln.report.data import buffers, tiling_text, timeline
 from kiln.target import cortex_m, qemu
 from test_tiling import PLAN, samples, stack
 
@@ -171,6 +171,12 @@ def test_inspect_and_the_report_name_the_layers_run_in_place(cases):
     steps = ", ".join(map(str, planned.meta["in_place_steps"]))
     assert f"in place: steps {steps} write their output over their input" in render(describe(planned))
     assert f"steps {steps} write their output over their input piece by piece" in tiling_text(planned)
+    placed = {b.name: b for b in buffers(planned)}
+    for step in planned.meta["in_place_steps"]:
+        tile = placed[f"{planned.nodes[step].name}#tile"]
+        assert tile.first == tile.last == step and tile.nbytes > 0
+        assert 0 <= tile.offset and tile.offset + tile.nbytes <= planned.meta["arena_size"]
+    assert max(s.live_bytes for s in timeline(planned)) <= planned.meta["arena_size"]
 
 
 def test_no_budget_no_pieces(cases, builds):

@@ -30,7 +30,7 @@ from kiln.lower import specialize
 from kiln.lower.abi import KERNELS
 from kiln.plan import tiling
 from kiln.plan.budget import COPY_FIELDS, LEVELS, options, plan_tiled
-from kiln.report.data import tiling_text, timeline
+from kiln.report.data import buffers, tiling_text, timeline
 from kiln.target import cortex_m, qemu
 
 PLAN = {"alignment": 16, "budget": 0, "io_in_arena": True, "reorder": False, "in_place": True, "lz4": False}
@@ -203,6 +203,23 @@ def test_inspect_and_the_build_report_show_the_tiled_run(cases):
     whole = sum(planned.tensors[planned.nodes[s].outputs[0]].nbytes for s in range(start, stop))
     peak = max(s.live_bytes for s in timeline(planned))
     assert peak <= planned.meta["lower_bound"] < whole
+
+
+def test_the_report_places_the_patch_and_tile_buffers(cases):
+    """The report's memory map holds the buffers a tiled run gathers its patches into and scatters its tiles
+    from, inside the arena and live through the run's loop."""
+    found = set()
+    for name, (_, planned) in cases.items():
+        start, stop = planned.meta["tiled_run"]
+        placed = {b.name: b for b in buffers(planned)}
+        for node in planned.nodes[start:stop]:
+            for attr, kind in (("tile_gather", "patch"), ("tile_scatter", "tile")):
+                if attr in node.attrs:
+                    found.add(kind)
+                    copy = placed[f"{node.name}#{kind}"]
+                    assert (copy.first, copy.last) == (start, stop - 1) and copy.nbytes > 0, name
+                    assert 0 <= copy.offset and copy.offset + copy.nbytes <= planned.meta["arena_size"], name
+    assert found == {"patch", "tile"}
 
 
 def test_the_plan_stage_copies_of_lower_stage_facts_agree():

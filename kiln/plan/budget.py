@@ -350,12 +350,14 @@ def annotate(g: Graph, p: Option, annotate_untiled, align: int) -> None:
             t.rows.windows[0][r].hi - t.rows.windows[0][r].lo, t.cols.windows[0][c].hi - t.cols.windows[0][c].lo, x.shape,
             t.rows.windows[0][r].lo, t.cols.windows[0][c].lo, gather=True)]
         first.attrs["tile_gather_to"] = extras["patch"].offset
+        first.attrs["tile_gather_bytes"] = extras["patch"].size
         first.attrs["tile_copy_fields"] = list(COPY_FIELDS)
     if "tile" in extras:
         last.attrs["tile_scatter"] = [v for r, c in tiles for v in _copy(
             t.rows.outputs[r][1] - t.rows.outputs[r][0], t.cols.outputs[c][1] - t.cols.outputs[c][0], y.shape,
             t.rows.outputs[r][0], t.cols.outputs[c][0], gather=False)]
         last.attrs["tile_scatter_from"] = extras["tile"].offset
+        last.attrs["tile_scatter_bytes"] = extras["tile"].size
         last.attrs["tile_copy_fields"] = list(COPY_FIELDS)
 
 

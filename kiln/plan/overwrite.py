@@ -189,4 +189,5 @@ def annotate(g: Graph, o: Overwrite, tile_offset: int, copy_fields: tuple[str, .
     if o.lag:
         node.attrs["tile_scatter_last"] = [v for k in range(n - o.lag, n) for v in copy(k)]
     node.attrs["tile_scatter_from"] = tile_offset
+    node.attrs["tile_scatter_bytes"] = (o.lag + 1) * slot
     node.attrs["tile_copy_fields"] = list(copy_fields)

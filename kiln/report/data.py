@@ -207,7 +207,8 @@ def lifetimes(graph: Graph) -> dict[str, tuple[int, int]]:
 def buffers(graph: Graph) -> list[Buffer]:
     """The arena tensors with their offsets and lifetimes, in schedule order (aliases share their input's bytes),
     and each step's scratch (`<node>#scratch<input>` for a decompressed constant, `<node>#scratch` for the
-    kernel's), live during that step (through the whole loop for a step of a tiled run), as large as the plan
+    kernel's, `<node>#patch` and `<node>#tile` for the buffers a tiled run or a layer run in pieces copies its
+    input patches from and its output tiles through), live during that step (through the whole loop for a step of a tiled run), as large as the plan
     reserved them (aligned)."""
     spans = lifetimes(graph)
     if "tiled_run" in graph.meta:  # a tiled run is one loop: what lives at any of its steps lives through all of them
@@ -232,6 +233,12 @@ def buffers(graph: Graph) -> list[Buffer]:
         if int(node.attrs.get("scratch", -1)) >= 0:
             out.append(Buffer(f"{node.name}#scratch", *step_span(step), int(node.attrs["scratch"]),
                               round_up(_scratch_bytes(node), align)))
+        if "tile_gather_bytes" in node.attrs:
+            out.append(Buffer(f"{node.name}#patch", *step_span(step), int(node.attrs["tile_gather_to"]),
+                              int(node.attrs["tile_gather_bytes"])))
+        if "tile_scatter_bytes" in node.attrs:
+            out.append(Buffer(f"{node.name}#tile", *step_span(step), int(node.attrs["tile_scatter_from"]),
+                              int(node.attrs["tile_scatter_bytes"])))
     return sorted(out, key=lambda b: (b.first, b.offset, b.name))
 
 
