@@ -25,7 +25,7 @@ from kiln.plan import overwrite, plan
 from kiln.plan.budget import LEVELS, options, plan_overwritten, plan_tiled
 from kiln.report.data import buffers, tiling_text, timeline
 from kiln.target import cortex_m, qemu
-from test_tiling import PLAN, samples, stack
+from test_tiling import PLAN, assert_bit_exact_on_cortex_m4, assert_bit_exact_on_host_sanitized, samples, stack
 
 STACKS = 20
 MIXED = 6  # stacks with a tiled leading run and later layers over their input
@@ -135,35 +135,12 @@ def test_the_random_plans_cover_the_hard_cases(cases):
     assert any(len(set(n.attrs["tile_index"])) > 1 for _, n in nodes)  # a last piece of other rows
 
 
-def _sources(cases: dict[str, tuple[Graph, Graph]], out) -> tuple[list, list[str]]:
-    sources, headers = [], []
-    for name, (_, planned) in cases.items():
-        for file, text in generate(planned, name, {"prefix": "", "weights_section": ""}).items():
-            (out / file).write_bytes(text)
-        sources.append(out / f"{name}.c")
-        headers.append((out / f"{name}.h").read_text())
-    return sources, headers
-
-
 def test_in_place_plans_bit_exact_on_host_sanitized(cases, tmp_path):
-    sources, _ = _sources(cases, tmp_path)
-    exe = host.build_executable(sources, list(cases), tmp_path / "over", sanitize=True)
-    for k, (name, (graph, planned)) in enumerate(cases.items()):
-        feeds = samples(graph, k)
-        got = host.run_executable(exe, planned, feeds, model=name)
-        for g, w in zip(got, reference_outputs(graph, feeds)):
-            assert all(np.array_equal(a, b) for a, b in zip(g, w)), name
+    assert_bit_exact_on_host_sanitized(cases, tmp_path)
 
 
 def test_in_place_plans_bit_exact_on_cortex_m4(cases, tmp_path):
-    sources, headers = _sources(cases, tmp_path)
-    models = [firmware_model(name, header) for name, header in zip(cases, headers)]
-    elf = cortex_m.build_firmware(sources, models, tmp_path / "over.elf")
-    for k, (name, (graph, planned)) in enumerate(cases.items()):
-        feeds = samples(graph, k)
-        run = qemu.run_firmware(elf, planned, feeds, model=name)
-        for g, w in zip(run.outputs, reference_outputs(graph, feeds)):
-            assert all(np.array_equal(a, b) for a, b in zip(g, w)), name
+    assert_bit_exact_on_cortex_m4(cases, tmp_path)
 
 
 def test_inspect_and_the_report_name_the_layers_run_in_place(cases):

@@ -171,9 +171,10 @@ def test_random_tilings_cover_the_hard_cases(cases):
     assert any(shifts) and any(abs(d) < p.tensors[first.inputs[0]].nbytes for d, (p, first, _) in zip(shifts, runs))
 
 
-def test_tiled_plans_bit_exact_on_host_sanitized(cases, tmp_path):
-    sources, _ = _sources(cases, tmp_path)
-    exe = host.build_executable(sources, list(cases), tmp_path / "tiles", sanitize=True)
+def assert_bit_exact_on_host_sanitized(cases: dict[str, tuple[Graph, Graph]], out) -> None:
+    """Every plan's generated C, built with ASan+UBSan, gives the untiled integer reference's outputs."""
+    sources, _ = _sources(cases, out)
+    exe = host.build_executable(sources, list(cases), out / "plans", sanitize=True)
     for k, (name, (graph, planned)) in enumerate(cases.items()):
         feeds = samples(graph, k)
         got = host.run_executable(exe, planned, feeds, model=name)
@@ -181,15 +182,24 @@ def test_tiled_plans_bit_exact_on_host_sanitized(cases, tmp_path):
             assert all(np.array_equal(a, b) for a, b in zip(g, w)), name
 
 
-def test_tiled_plans_bit_exact_on_cortex_m4(cases, tmp_path):
-    sources, headers = _sources(cases, tmp_path)
+def assert_bit_exact_on_cortex_m4(cases: dict[str, tuple[Graph, Graph]], out) -> None:
+    """The same on the Cortex-M4 under QEMU: the DSP kernel paths with the plans' per-tile calls."""
+    sources, headers = _sources(cases, out)
     models = [firmware_model(name, header) for name, header in zip(cases, headers)]
-    elf = cortex_m.build_firmware(sources, models, tmp_path / "tiles.elf")
+    elf = cortex_m.build_firmware(sources, models, out / "plans.elf")
     for k, (name, (graph, planned)) in enumerate(cases.items()):
         feeds = samples(graph, k)
         run = qemu.run_firmware(elf, planned, feeds, model=name)
         for g, w in zip(run.outputs, reference_outputs(graph, feeds)):
             assert all(np.array_equal(a, b) for a, b in zip(g, w)), name
+
+
+def test_tiled_plans_bit_exact_on_host_sanitized(cases, tmp_path):
+    assert_bit_exact_on_host_sanitized(cases, tmp_path)
+
+
+def test_tiled_plans_bit_exact_on_cortex_m4(cases, tmp_path):
+    assert_bit_exact_on_cortex_m4(cases, tmp_path)
 
 
 def test_inspect_and_the_build_report_show_the_tiled_run(cases):
