@@ -1,8 +1,11 @@
 """Flash and RAM use of a firmware image, read from the ELF and its map file, against its board's memory.
 
-Flash is every loaded section in the flash region plus the initial values of
-.data; RAM is .data, .bss (which holds the arena and the I/O buffers) and the
-reserved stack. The generated weights are the `k_const*` arrays, wherever
+Flash is every loaded section in the target's read-only regions (flash, and
+the constants' own region where the board has one: the M55's QSPI flash)
+plus the initial values of .data; RAM is .data, .bss (which holds the arena
+and the I/O buffers) and the reserved stack. Each memory region's use is
+also reported apart (`regions`), so an image that fits in total but
+overflows one region does not fit. The generated weights are the `k_const*` arrays, wherever
 `codegen.weights_section` put them. With the link map next to the image, the
 flash and RAM bytes are also split by part: the model's generated code and
 data, the kernels, the runtime, the platform (startup, harness, model table)
@@ -42,6 +45,7 @@ class Section:
     name: str
     size: int
     address: int
+    load_address: int
     loaded: bool  # has contents in the image (not NOLOAD / .bss)
 
 
@@ -59,6 +63,7 @@ class SizeReport:
     target: str = ""
     flash_size: int = 0
     ram_size: int = 0
+    regions: dict[str, dict[str, int]] = field(default_factory=dict)  # FLASH, RODATA, RAM: bytes used and size
     parts: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -71,7 +76,8 @@ class SizeReport:
 
     @property
     def fits(self) -> bool:
-        return self.flash <= self.flash_size and self.ram <= self.ram_size
+        within = all(r["used"] <= r["size"] for r in self.regions.values())
+        return within and self.flash <= self.flash_size and self.ram <= self.ram_size
 
 
 def _tool(target: Target, name: str, *args: str) -> str:
@@ -87,8 +93,9 @@ def _tool(target: Target, name: str, *args: str) -> str:
 def sections(elf: Path, target: Target) -> list[Section]:
     """The allocated sections of `elf` (objdump -h)."""
     text = _tool(target, "objdump", "-h", str(elf))
-    found = re.findall(r"^\s*\d+\s+(\S+)\s+([0-9a-f]+)\s+([0-9a-f]+)\s+[0-9a-f]+\s+[0-9a-f]+\s+\S+\n\s+(.*)$", text, re.M)
-    return [Section(name, int(size, 16), int(vma, 16), "LOAD" in flags) for name, size, vma, flags in found if "ALLOC" in flags]
+    found = re.findall(r"^\s*\d+\s+(\S+)\s+([0-9a-f]+)\s+([0-9a-f]+)\s+([0-9a-f]+)\s+[0-9a-f]+\s+\S+\n\s+(.*)$", text, re.M)
+    return [Section(name, int(size, 16), int(vma, 16), int(lma, 16), "LOAD" in flags)
+            for name, size, vma, lma, flags in found if "ALLOC" in flags]
 
 
 def symbol_sizes(elf: Path, target: Target) -> list[tuple[str, int]]:
@@ -101,15 +108,30 @@ def _in(region: tuple[int, int], address: int) -> bool:
     return region[0] <= address < region[1]
 
 
+def _in_any(regions: list[tuple[int, int]], address: int) -> bool:
+    return any(_in(r, address) for r in regions)
+
+
+def region_use(secs: list[Section], target: Target) -> dict[str, dict[str, int]]:
+    """Bytes each memory region of the target holds: sections placed there, and the initial values loaded there."""
+    use = {}
+    for name, r in target.memory.items():
+        span = (r.origin, r.origin + r.length)
+        used = sum(s.size for s in secs if _in(span, s.address))
+        used += sum(s.size for s in secs if s.loaded and s.load_address != s.address and _in(span, s.load_address))
+        use[name] = {"used": used, "size": r.length}
+    return use
+
+
 def size_report(elf: Path) -> SizeReport:
     """The flash and RAM breakdown of one image, against its target's memory."""
     target = image_target(elf)
-    flash = (target.flash.origin, target.flash.origin + target.flash.length)
+    flash = [(r.origin, r.origin + r.length) for r in (target.flash, target.rodata) if r]
     ram = (target.ram.origin, target.ram.origin + target.ram.length)
     secs = sections(elf, target)
     syms = symbol_sizes(elf, target)
     by_name = {s.name: s.size for s in secs}
-    read_only = sum(s.size for s in secs if s.loaded and _in(flash, s.address))
+    read_only = sum(s.size for s in secs if s.loaded and _in_any(flash, s.address))
     data = sum(s.size for s in secs if s.loaded and _in(ram, s.address))
     stack = by_name.get(".stack", 0)
     bss = sum(s.size for s in secs if not s.loaded and _in(ram, s.address)) - stack
@@ -118,7 +140,7 @@ def size_report(elf: Path) -> SizeReport:
     sym = dict(syms)
     report = SizeReport(str(elf), code, weights, read_only - code - weights, data, bss,
                         sym.get("kiln_arena", 0), sym.get("kiln_io", 0), stack, target.name,
-                        target.flash.length, target.ram.length)
+                        target.read_only_bytes, target.ram.length, region_use(secs, target))
     map_file = elf.with_suffix(".map")
     if map_file.is_file():
         report.parts = map_parts(map_file.read_text(), flash, ram)
@@ -142,7 +164,7 @@ def part_of(obj: str) -> str:
     return "model" if obj.endswith(".o") else "other"
 
 
-def map_parts(text: str, flash: tuple[int, int], ram: tuple[int, int]) -> dict[str, dict[str, int]]:
+def map_parts(text: str, flash: list[tuple[int, int]], ram: tuple[int, int]) -> dict[str, dict[str, int]]:
     """Flash and RAM bytes per part, from the input sections of a GNU ld map."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("Linker script and memory map")), 0)
@@ -167,7 +189,7 @@ def map_parts(text: str, flash: tuple[int, int], ram: tuple[int, int]) -> dict[s
         if obj == "linker stubs" or size == 0:
             continue
         entry = parts.setdefault(part_of(obj), {"flash": 0, "ram": 0})
-        if _in(flash, address) or output == ".data":
+        if _in_any(flash, address) or output == ".data":
             entry["flash"] += size
         if _in(ram, address):
             entry["ram"] += size
@@ -196,9 +218,9 @@ class Budget:
         if self.ram > target.ram.length:
             over.append(f"RAM needs {self.ram} bytes (arena {self.arena} + io {self.io} + stack {self.stack}) of "
                         f"{target.ram.length}, over by {self.ram - target.ram.length}")
-        if self.flash > target.flash.length:
-            over.append(f"flash needs {self.flash} bytes (weights and code) of {target.flash.length}, "
-                        f"over by {self.flash - target.flash.length}")
+        if self.flash > target.read_only_bytes:
+            over.append(f"flash needs {self.flash} bytes (weights and code) of {target.read_only_bytes}, "
+                        f"over by {self.flash - target.read_only_bytes}")
         if not over:
             return None
         return f"{self.model} does not fit {target.name} ({target.board}): {'; '.join(over)}"
@@ -221,6 +243,9 @@ def render(reports: list[SizeReport]) -> str:
     for r in reports:
         use = f"  {r.target:<11} {100 * r.flash / r.flash_size:>7.1f} {100 * r.ram / r.ram_size:>6.1f}"
         lines.append(f"{r.image:<{width}}" + "".join(f"{getattr(r, c):>10}" for c in cols) + use)
+        if len(r.regions) > 2:  # the flash column spans two regions: each one's use apart
+            lines += [f"  region {name}: {u['used']} of {u['size']} bytes ({100 * u['used'] / u['size']:.1f} %)"
+                      for name, u in r.regions.items()]
         for part, b in r.parts.items():
             lines.append(f"{'  ' + part:<{width}}{'':>80}{b['flash']:>10}{b['ram']:>10}")
     return "\n".join(lines)

@@ -12,6 +12,14 @@ advances the virtual clock by 1 ns. The Arm harness reads SysTick, clocked
 at the board's `clock_hz`, so one tick is 10^9 / clock_hz instructions (a
 fraction on some boards: the count is then exact to one tick); RISC-V reads
 `minstret`, one count per instruction.
+
+The memory map is a region per purpose: `flash` where the core boots (the
+vector table) and the code runs from, `ram` for the stack and the data, and,
+on a board whose boot memory is too small for the weights, `rodata` for the
+constants and weights (the M55's ITCM is 512 KB; the zoo's weights are more
+than twice that, so they go to the AN547's 8 MB QSPI flash). The linker
+script's MEMORY is these regions (`cortex_m.linker_script`), and the size
+report measures an image against each of them.
 """
 from __future__ import annotations
 
@@ -38,12 +46,23 @@ class Target:
     arch: str                  # "arm" or "riscv": the toolchain, startup code and semihosting trap
     machine: str               # QEMU's -M
     cpu_flags: tuple[str, ...]  # compile and link flags that pick the core and its ABI
-    flash: Region              # code, constants, weights, .data's initial values
+    flash: Region              # vector table, code, .data's initial values; constants and weights unless `rodata`
     ram: Region                # stack, .data, .bss (arena and I/O buffers)
     stack: int                 # bytes of stack reserved by default
     clock_hz: int              # the tick counter's clock (SysTick's on Arm); 10^9 for minstret
     mpu: str                   # the stack guard: "v7m" or "v8m" MPU layout, or "none"
     features: str              # the kernel path the compiler's feature macros select, for people
+    rodata: Region | None = None  # constants and weights (.rodata, .kiln_weights), when not in `flash`
+
+    @property
+    def memory(self) -> dict[str, Region]:
+        """The linker script's memory regions by name: FLASH, RODATA when the board has one, RAM."""
+        return {"FLASH": self.flash, **({"RODATA": self.rodata} if self.rodata else {}), "RAM": self.ram}
+
+    @property
+    def read_only_bytes(self) -> int:
+        """How much code, constants and weights the board holds: flash, plus the constants' own region if any."""
+        return self.flash.length + (self.rodata.length if self.rodata else 0)
 
     @property
     def toolchain(self) -> str:
@@ -89,11 +108,13 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
            "arm", "mps2-an505", ("-mcpu=cortex-m33", *ARM_HARD_SP, "-mfpu=fpv5-sp-d16"),
            Region(0x10000000, 4 * MB, "ZBT SSRAM1, Secure alias"), Region(0x38000000, 4 * MB, "ZBT SSRAM2/3, Secure alias"),
            stack=32 * KB, clock_hz=20_000_000, mpu="v8m", features="DSP (SMLAD)"),
-    # SSE-300 boots in the Secure state from the ITCM; the data memory is ISRAM0/1.
+    # SSE-300 boots in the Secure state from the ITCM, which keeps the code; the data memory is ISRAM0/1; the
+    # constants and weights are in the QSPI flash (QEMU maps it as ROM, behind an MPC that passes Secure reads).
     Target("cortex-m55", "Arm Cortex-M55 (Armv8.1-M: Helium MVE, FPv5)", "Arm MPS3 AN547 (SSE-300)",
            "arm", "mps3-an547", ("-mcpu=cortex-m55", *ARM_HARD_SP),
            Region(0x10000000, 512 * KB, "ITCM, Secure alias"), Region(0x31000000, 4 * MB, "ISRAM0/1, Secure alias"),
-           stack=32 * KB, clock_hz=32_000_000, mpu="v8m", features="Helium (MVE)"),
+           stack=32 * KB, clock_hz=32_000_000, mpu="v8m", features="Helium (MVE)",
+           rodata=Region(0x38000000, 8 * MB, "QSPI flash, Secure alias")),
     # The virt board has no flash: the image's read-only part sits at the start of its DRAM.
     Target("riscv32", "RISC-V RV32IMAC", "QEMU virt (RV32)", "riscv", "virt",
            ("-march=rv32imac", "-misa-spec=2.2", "-mabi=ilp32", "-mcmodel=medany"),

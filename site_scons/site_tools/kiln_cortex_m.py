@@ -89,7 +89,7 @@ def _fit_action(target, source, env):
         print(f"kiln: error: {problem}", file=sys.stderr)
         return 1
     kiln_scons.write_atomic(str(target[0]), (f"{found.model} on {t.name}: RAM {found.ram} of {t.ram.length} bytes, "
-                                             f"flash {found.flash} of {t.flash.length} (before the platform)\n").encode())
+                                             f"flash {found.flash} of {t.read_only_bytes} (before the platform)\n").encode())
     return 0
 
 
@@ -102,9 +102,9 @@ def kiln_linker_script(env, build_root: str) -> list:
     """The target's linker script (its memory map, then the platform's sections), once per build root."""
     if build_root not in _SCRIPTS:
         t = _target(env)
-        sections = env.fs.File(str(cortex_m.platform_dir(t) / "sections.ld"))
+        parts = [env.fs.File(str(part)) for part in cortex_m.script_parts(t)]
         _SCRIPTS[build_root] = env.Command(env.Dir(kiln_scons._literal(build_root)).File(f"./{t.name}.ld"),
-                                           [sections, env.Value(cortex_m.linker_script(t))],
+                                           [*parts, env.Value(cortex_m.linker_script(t))],
                                            SCons.Action.Action(_script_action, "kiln linker script $TARGET"))
     return _SCRIPTS[build_root]
 
