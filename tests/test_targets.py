@@ -65,7 +65,8 @@ def test_hand_models_counts_and_faults(hand, name):
         qemu.run_firmware(image, FAULT, [[np.array([3], np.int8)]], model="hand_fault", timeout=30)
 
     report = size.size_report(image)
-    assert (report.target, report.flash_size, report.ram_size) == (name, t.flash.length, t.ram.length)
+    assert (report.target, report.flash_size, report.ram_size) == (name, t.read_only_bytes, t.ram.length)
+    assert {n: u["size"] for n, u in report.regions.items()} == {n: r.length for n, r in t.memory.items()}
     assert report.fits and report.stack == t.stack and report.arena == 32 and report.io == 96
 
 
@@ -138,6 +139,39 @@ def test_the_micro_bit_takes_the_small_models_only(compiled, tmp_path):
                         rf"\(arena {arena} \+ io \d+ \+ stack 2048\) of 16384, over by \d+", ram)
     flash = needs(compiled("ad_autoencoder"), "ad_autoencoder", t, tmp_path).problem(t)
     assert "flash needs" in flash and "of 262144, over by" in flash
+
+
+def test_m55_image_keeps_code_in_the_itcm_and_weights_in_the_qspi_flash(compiled, tmp_path):
+    """The M55 boots from its 512 KB ITCM, less than half the zoo's weights: an image of several models keeps the
+    vector table and the code there, the constants and weights in the QSPI flash (`rodata` in targets.py), and
+    runs bit-exact with the weights read from there."""
+    t = TARGETS["cortex-m55"]
+    names = ["digits_cnn", "tiny_cnn"]
+    builds = {m: compiled(m) for m in names}
+    models = [firmware_model(host.model_prefix(builds[m] / f"{m}.h"), (builds[m] / f"{m}.h").read_text()) for m in names]
+    image = cortex_m.build_firmware([builds[m] / f"{m}.c" for m in names], models, tmp_path / "m55.elf", target=t)
+
+    qspi = (t.rodata.origin, t.rodata.origin + t.rodata.length)
+    placed = {s.name: s for s in size.sections(image, t)}
+    assert elf.symbols(image)["k_vectors"] == placed[".text"].address == t.flash.origin  # where the core boots
+    assert qspi[0] <= placed[".rodata"].address < qspi[1]
+    nm = subprocess.run([t.toolchain + "nm", "-S", "--defined-only", str(image)], capture_output=True, text=True,
+                        check=True).stdout.splitlines()
+    weights = [(int(r[0], 16), int(r[1], 16)) for r in (line.split() for line in nm)
+               if len(r) == 4 and re.fullmatch(r"k_const\d+", r[3])]
+    assert len(weights) > len(names) and all(qspi[0] <= at and at + n <= qspi[1] for at, n in weights)
+
+    report = size.size_report(image)  # the flash column counts both regions; the ITCM holds code and little else
+    assert report.fits and report.weights == sum(n for _, n in weights)
+    assert report.regions["RODATA"]["used"] == placed[".rodata"].size >= report.weights
+    assert report.flash == report.regions["FLASH"]["used"] + report.regions["RODATA"]["used"]
+    assert 0 <= report.regions["FLASH"]["used"] - report.code - report.data < 64  # .ARM.exidx
+    for m in names:
+        quantized, planned = load(builds[m] / "quantized.kir"), load(builds[m] / "planned.kir")
+        samples = quantize_inputs(quantized, check.seeded_inputs(quantized, load_samples(builds[m]).inputs, count=3))
+        run = qemu.run_firmware(image, planned, samples, model=m, timeout=120)
+        for got, ref in zip(run.outputs, check.reference_outputs(quantized, samples)):
+            assert [g.tobytes() for g in got] == [np.ascontiguousarray(w, g.dtype).tobytes() for g, w in zip(got, ref)]
 
 
 # -- the SCons build -----------------------------------------------------------------------------
