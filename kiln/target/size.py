@@ -5,8 +5,8 @@ the constants' own region where the board has one: the M55's QSPI flash)
 plus the initial values of .data; RAM is .data, .bss (which holds the arena
 and the I/O buffers) and the reserved stack. Each memory region's use is
 also reported apart (`regions`), so an image that fits in total but
-overflows one region does not fit. The generated weights are the `k_const*` arrays, wherever
-`codegen.weights_section` put them. With the link map next to the image, the
+overflows one region does not fit. The generated weights are the `k_const*`
+arrays, wherever `codegen.weights_section` put them. With the link map next to the image, the
 flash and RAM bytes are also split by part: the model's generated code and
 data, the kernels, the runtime, the platform (startup, harness, model table)
 and the C library. Each image is measured against the memory map of the
