@@ -18,7 +18,7 @@ from kiln.ir import Graph, Node, QuantParams, Tensor, dumps, load
 from kiln.plan import plan
 from kiln.plan.buffers import Buffer
 from kiln.plan.inplace import IN_PLACE
-from kiln.plan.offsets import _decode, place
+from kiln.plan.offsets import _decode, _near, place
 from kiln.plan.schedule import candidate_orders
 from kiln.runner import run_stage
 
@@ -278,7 +278,7 @@ def test_placement_beats_greedy_by_size_when_it_can():
     assert place(bufs, 16).size == place(bufs, 16, None).size == 128
     conflicts = [[j for j, o in enumerate(bufs) if j != i and b.overlaps(o)] for i, b in enumerate(bufs)]
     by_size = sorted(range(4), key=lambda i: -bufs[i].size)
-    assert _decode(bufs, conflicts, by_size, False, 16)[1] == 144
+    assert _decode(bufs, _near(bufs, conflicts), by_size, False, 16)[1] == 144
     result = place(bufs, 16, 128)
     assert result.heuristic == "greedy_by_conflicts" and result.size == 128
     for i, a in enumerate(bufs):

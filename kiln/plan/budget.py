@@ -139,7 +139,7 @@ def _live(bufs: list[Buffer], steps: int) -> list[int]:
     for b in bufs:
         if b.memory == "arena":
             for step in range(max(b.start, 0), min(b.end, steps - 1) + 1):
-                live[step] += b.size
+                live[step] += b.live_bytes(step)
     return live
 
 
@@ -254,7 +254,11 @@ def _placed(p: Option, align: int) -> Option:
 
 
 def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Option]]:
-    """The cheapest plan that fits `budget` (or None), and every candidate evaluated, cheapest first."""
+    """The cheapest plan that fits `budget` (or None), and every candidate evaluated, cheapest first.
+
+    First the candidates as they are; then, in order of cost, each tiled run whose loop fits with the layers after
+    it run over their input where the budget needs them (`overwrites`), until none left can be cheaper than the
+    cheapest that fits."""
     align = int(config["alignment"])
     plans = options(g, config, budget=budget)
     tried = 0
@@ -266,14 +270,32 @@ def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Opt
         tried += 1
         if tried >= MAX_PLACEMENTS:
             break
-    tiled = sorted((p for p in plans if p.tiling and not p.overwrites), key=lambda p: (measure(p, align).bound, p.rank))
-    both = [o for p in tiled[:MAX_PLACEMENTS] for grain in overwrite.GRAINS for o in [overwrites(g, p, grain, budget, align)] if o]
+    tiled = [p for p in plans if p.tiling and not p.overwrites]
+    best, tried = None, 0
+    for p in tiled:
+        if best is not None and p.rank[0] > best.rank[0] or tried >= MAX_PLACEMENTS:
+            break
+        if run_peak(measure(p, align)) > budget:
+            continue
+        found = [o for grain in overwrite.GRAINS for o in [overwrites(g, p, grain, budget, align)] if o and o.bound <= budget]
+        for o in sorted(found, key=lambda o: o.rank):
+            if best is None or o.rank < best.rank:
+                tried += 1
+                if _placed(o, align).size <= budget:
+                    best = o
+    if best is not None:
+        return best, plans
+    lowest = sorted(tiled, key=lambda p: (run_peak(measure(p, align)), p.rank))[:MAX_PLACEMENTS]
+    both = [o for p in lowest for grain in overwrite.GRAINS for o in [overwrites(g, p, grain, budget, align)] if o]
     plans = sorted(plans + both, key=lambda p: p.rank)
-    for p in sorted((p for p in both if p.bound <= budget), key=lambda p: p.rank)[:MAX_PLACEMENTS]:
-        if _placed(p, align).size <= budget:
-            return p, plans
     least = smallest(plans, align)  # the plans of lowest peak, placed: the error reports the same arena
     return (least if least is not None and least.size <= budget else None), plans
+
+
+def run_peak(p: Option) -> int:
+    """The most live arena bytes during the tiled run's loop (a measured candidate with a tiled run)."""
+    live = _live(p.bufs + p.extras, len(p.graph.nodes))
+    return max(live[p.tiling.start:p.tiling.stop])
 
 
 def smallest(plans: list[Option], align: int) -> Option | None:
@@ -302,9 +324,10 @@ def describe(g: Graph, p: Option) -> str:
 def limit(g: Graph, p: Option) -> str:
     """What holds the plan's arena up: the live buffers at its peak step."""
     arena = [b for b in p.bufs + p.extras if b.memory == "arena"]
-    step = max(range(len(g.nodes)), key=lambda s: (sum(b.size for b in arena if b.start <= s <= b.end), -s))
-    live = sorted((b for b in arena if b.start <= step <= b.end), key=lambda b: (-b.size, b.tensors[0]))
-    names = ", ".join(f"{b.tensors[0]} ({b.size} B)" for b in live)
+    live = _live(arena, len(g.nodes))
+    step = max(range(len(g.nodes)), key=lambda s: (live[s], -s))
+    held = sorted((b for b in arena if b.live_bytes(step)), key=lambda b: (-b.live_bytes(step), b.tensors[0]))
+    names = ", ".join(f"{b.tensors[0]} ({b.live_bytes(step)} B)" for b in held)
     return f"peak at step {step} (node {g.nodes[step].name!r}) with live buffers: {names}"
 
 
