@@ -168,12 +168,14 @@ def measure(p: Option, align: int) -> Option:
     return p
 
 
-def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int) -> Option | None:
+def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int, memo: dict | None = None) -> Option | None:
     """`plain` (layer by layer, or with a tiled run) with layers outside its run run over their input, added one
     at a time at the step of most live bytes while that is over `budget` (and the layer there lowers it): only
     where the budget needs one. Each in the largest pieces, up to `grain` rows, that bring its step within the
-    budget (fewer calls), else in those that lower it most. None: no layer helps."""
+    budget (fewer calls), else in those that lower it most. None: no layer helps. `memo` keeps the pieces cut
+    for `g` across calls."""
     measure(plain, align)
+    memo = {} if memo is None else memo
     bufs, extras, chosen = list(plain.bufs), list(plain.extras), []
     tried = set(range(plain.tiling.start, plain.tiling.stop)) if plain.tiling else set()
     steps = len(g.nodes)
@@ -186,10 +188,14 @@ def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int) -> 
         tried.add(step)
         tries = []
         for size in (k for k in reversed(overwrite.GRAINS) if k <= grain):
-            merged = overwrite.best_merge(bufs, g, overwrite.pieces(g, step, size, plain.level, align), align)
+            key = (id(g), step, size, plain.level)
+            if key not in memo:
+                memo[key] = overwrite.pieces(g, step, size, plain.level, align)
+            merged = overwrite.best_merge(bufs, g, memo[key], align)
             if merged is not None:
                 new_extras = extras + [overwrite.tile_buffer(g, merged[1], align)]
-                tries.append((_live(merged[0] + new_extras, steps)[step], merged, new_extras))
+                at = sum(b.live_bytes(step) for b in merged[0] + new_extras if b.memory == "arena")
+                tries.append((at, merged, new_extras))
         fits = [t for t in tries if t[0] <= budget]
         if not tries:
             continue
@@ -253,43 +259,72 @@ def _placed(p: Option, align: int) -> Option:
     return p
 
 
-def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Option]]:
-    """The cheapest plan that fits `budget` (or None), and every candidate evaluated, cheapest first.
+def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, Option | None]:
+    """The cheapest plan that fits `budget` (or None), and the smallest arena found (placed).
 
     First the candidates as they are; then, in order of cost, each tiled run whose loop fits with the layers after
     it run over their input where the budget needs them (`overwrites`), until none left can be cheaper than the
     cheapest that fits."""
     align = int(config["alignment"])
     plans = options(g, config, budget=budget)
+    outside: dict[int, list[int]] = {}
     tried = 0
     for p in plans:
-        if measure(p, align).bound > budget:
+        if floor(p, align, outside) > budget or measure(p, align).bound > budget:
             continue
         if _placed(p, align).size <= budget:
-            return p, plans
+            return p, p
         tried += 1
         if tried >= MAX_PLACEMENTS:
             break
     tiled = [p for p in plans if p.tiling and not p.overwrites]
-    best, tried = None, 0
+    best, tried, memo = None, 0, {}
     for p in tiled:
         if best is not None and p.rank[0] > best.rank[0] or tried >= MAX_PLACEMENTS:
             break
-        if run_peak(measure(p, align)) > budget:
+        if run_floor(p, align) > budget or run_peak(measure(p, align)) > budget:
             continue
-        found = [o for grain in overwrite.GRAINS for o in [overwrites(g, p, grain, budget, align)] if o and o.bound <= budget]
+        found = [o for grain in overwrite.GRAINS for o in [overwrites(p.graph, p, grain, budget, align, memo)]
+                 if o and o.bound <= budget]
         for o in sorted(found, key=lambda o: o.rank):
             if best is None or o.rank < best.rank:
                 tried += 1
                 if _placed(o, align).size <= budget:
                     best = o
     if best is not None:
-        return best, plans
-    lowest = sorted(tiled, key=lambda p: (run_peak(measure(p, align)), p.rank))[:MAX_PLACEMENTS]
-    both = [o for p in lowest for grain in overwrite.GRAINS for o in [overwrites(g, p, grain, budget, align)] if o]
-    plans = sorted(plans + both, key=lambda p: p.rank)
-    least = smallest(plans, align)  # the plans of lowest peak, placed: the error reports the same arena
-    return (least if least is not None and least.size <= budget else None), plans
+        return best, best
+    both = [o for p in lowest_runs(tiled, align) for grain in overwrite.GRAINS
+            for o in [overwrites(p.graph, p, grain, budget, align, memo)] if o]
+    least = smallest(sorted(plans + both, key=lambda p: p.rank), align, outside)  # the error reports its arena
+    return (least if least is not None and least.size <= budget else None), least
+
+
+def lowest_runs(tiled: list[Option], align: int) -> list[Option]:
+    """Per tiled run (its steps, scratch levels and whether its output lies over its input), the grid of lowest
+    `run_floor` (then cost): the layers outside the run see the same buffers whatever the grid."""
+    best: dict[tuple, tuple[int, int]] = {}
+    for k, p in enumerate(tiled):
+        key = (id(p.base), p.tiling.stop, p.tiling.scratch, p.tiling.shift is not None)
+        floor = run_floor(p, align)
+        if key not in best or floor < best[key][0]:
+            best[key] = (floor, k)
+    return [measure(tiled[k], align) for _, k in sorted(best.values())]
+
+
+def run_floor(p: Option, align: int) -> int:
+    """A lower bound of `run_peak` that builds no buffers: the run's input and output maps (one buffer when the
+    output lies over the input), and the input and output tiles of its fullest layer."""
+    g, t = p.graph, p.tiling
+    x, y = g.nodes[t.start].inputs[0], g.nodes[t.stop - 1].outputs[0]
+    sizes = {name: b.size for b in p.base if b.memory == "arena" and not b.scratch for name in b.tensors}
+    sx, sy = sizes.get(x, 0), sizes.get(y, 0)
+    ends = round_up(max(sx, t.shift + sy) - min(0, t.shift), align) if t.shift is not None else sx + sy
+    last = t.stop - t.start - 1
+    tiles = [round_up(tiling.tile_bytes(g, t, k), align) for k in range(last)]
+    first = round_up(tiling.patch_bytes(g, t), align) if tiling.needs_gather(g, t) else 0
+    final = round_up(tiling.tile_bytes(g, t, last), align) if tiling.needs_scatter(g, t) else 0
+    inputs, outputs = [first] + tiles, tiles + [final]
+    return ends + max(i + o for i, o in zip(inputs, outputs))
 
 
 def run_peak(p: Option) -> int:
@@ -298,11 +333,27 @@ def run_peak(p: Option) -> int:
     return max(live[p.tiling.start:p.tiling.stop])
 
 
-def smallest(plans: list[Option], align: int) -> Option | None:
-    """The smallest placed arena among the candidates of lowest peak."""
-    lowest = sorted(plans, key=lambda p: (measure(p, align).bound, p.extra_macs))[:MAX_PLACEMENTS]
-    placed = [_placed(p, align) for p in lowest]
+def smallest(plans: list[Option], align: int, outside: dict[int, list[int]] | None = None) -> Option | None:
+    """The smallest placed arena among the candidates of lowest peak (measuring only those whose `floor` could be
+    among them)."""
+    outside = {} if outside is None else outside
+    lowest: list[tuple[int, int, int]] = []
+    for low, k in sorted((floor(p, align, outside), k) for k, p in enumerate(plans)):
+        if len(lowest) >= MAX_PLACEMENTS and low > lowest[-1][0]:
+            break
+        lowest = sorted(lowest + [(measure(plans[k], align).bound, plans[k].extra_macs, k)])[:MAX_PLACEMENTS]
+    placed = [_placed(plans[k], align) for _, _, k in lowest]
     return min(placed, key=lambda p: (p.size, p.extra_macs), default=None)
+
+
+def floor(p: Option, align: int, outside: dict[int, list[int]]) -> int:
+    """A lower bound of the candidate's peak that builds no buffers when it is a tiled run alone (its steps outside
+    the run are as layer by layer, or fuller; its loop takes at least `run_floor`); else its peak. `outside` keeps
+    the layer-by-layer live bytes per step of each schedule."""
+    if p.bound >= 0 or not p.tiling or p.overwrites:
+        return measure(p, align).bound
+    live = outside.setdefault(id(p.base), _live(p.base, len(p.graph.nodes)))
+    return max(live[:p.tiling.start] + live[p.tiling.stop:] + [run_floor(p, align)])
 
 
 def describe(g: Graph, p: Option) -> str:
