@@ -126,6 +126,9 @@ def test_vww_mobilenet_meets_30000_bytes_with_its_io_in_the_arena(cases):
     freed = [t for t in spot if t in spans and t not in (x, y) and stop <= spans[t][0] <= spans[y][1]
              and spot[t][0] < spot[x][1] and spot[x][0] < spot[t][1]]
     assert freed
+    assert max(s.live_bytes for s in timeline(planned)) <= meta["arena_size"]
+    text, (rows, cols) = render(describe(planned)), meta["tile_grid"]
+    assert f"tiled: steps {start} to {stop - 1} run as {rows}x{cols} tiles" in text and "in place: steps" in text
 
 
 def test_the_budget_search_floors_never_exceed_the_peaks_they_bound(builds):

@@ -499,18 +499,28 @@ def frontier(graph: Graph, config: dict) -> list[tuple[int, int, int, int, str]]
     """(arena bytes, extra MACs, MACs off a fast path, bytes copied, plan) of the candidates no other beats on both
     arena and added work (their sum, as `Option.rank` counts it), in the graph's best schedule.
 
-    Candidates are first filtered on their peak (a placement never goes below it), then placed.
+    Candidates are taken in order of added work, each kept when its peak is below every cheaper one's (a placement
+    never goes below it), then placed. A tiled run comes also with the layers after it run over their input where
+    they are above its loop's peak; a candidate is measured only when a lower bound of that could be below.
     """
     from kiln.plan import plan
 
     scheduled = plan(graph, dict(config, budget=0))
     g = graph.copy()
     g.nodes = [next(n for n in graph.nodes if n.name == m.name) for m in scheduled.nodes]
-    align, kept, lowest = int(config["alignment"]), [], None
-    for p in sorted(options(g, config, budget=0), key=lambda p: (p.rank[0], measure(p, align).bound, p.rank)):
-        if lowest is None or p.bound < lowest:
-            kept.append(p)
-            lowest = p.bound
+    align, kept, lowest, outside, memo = int(config["alignment"]), [], None, {}, {}
+    plans = options(g, config, budget=0)
+    for p in sorted(plans, key=lambda p: (p.rank[0], floor(p, align, outside), p.rank)):
+        tiled = p.tiling is not None and not p.overwrites
+        if lowest is not None and (run_floor(p, align) if tiled else floor(p, align, outside)) >= lowest:
+            continue
+        found = [measure(p, align)]
+        if tiled and p.bound > run_peak(p):
+            found += [o for grain in overwrite.GRAINS for o in [overwrites(p.graph, p, grain, run_peak(p), align, memo)] if o]
+        for o in sorted(found, key=lambda o: (o.rank[0], o.bound)):
+            if lowest is None or o.bound < lowest:
+                kept.append(o)
+                lowest = o.bound
     placed = sorted(((_placed(p, align).size, p.extra_macs, p.slow_macs, p.moved, describe(g, p)) for p in kept),
                     key=lambda r: (r[1] + r[2] + r[3], r[0]))
     best: list[tuple[int, int, int, int, str]] = []
