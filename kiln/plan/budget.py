@@ -16,9 +16,12 @@ they are computed into a tile buffer and copied into place
 a budget, layers are also run in pieces over their own input
 (`kiln.plan.overwrite`), one at a time at the step of most live bytes while
 it is over the budget: in a layer-by-layer plan, and, when nothing else
-fits, after the tiled runs of lowest peak. Among the plans whose placed arena fits, the one that
-adds the least work wins (`Option.rank`); when none fits, the error gives
-the smallest arena found and what limits it.
+fits, after each tiled run whose loop fits, in order of cost (a map written
+over its input frees the input's bytes once it dies: `Buffer.parts`). Among
+the plans whose placed arena fits, the one that adds the least work wins
+(`Option.rank`); when none fits, the error gives the smallest arena found
+and what limits it. Tiled candidates are measured only when a lower bound of
+their peak that builds no buffers (`floor`, `run_floor`) could fit.
 """
 from __future__ import annotations
 
