@@ -59,10 +59,11 @@ class ModelBuilds:
             cfg[table].update(values)
         return cfg
 
-    def front(self, model: str, mode: str = "int8") -> Path:
-        """The folder holding the model's artifacts up to `lowered.kir` (int8 or float)."""
-        out = self.root / f"{model}-{mode}-front"
-        int8 = self.front(model) if mode != "int8" else None
+    def front(self, model: str, mode: str = "int8", normalize: dict | None = None) -> Path:
+        """The folder holding the model's artifacts up to `lowered.kir` (int8 or float; `normalize`: overrides)."""
+        tag = "".join(f"-{key}-{value}" for key, value in sorted((normalize or {}).items()))
+        out = self.root / f"{model}-{mode}{tag}-front"
+        int8 = self.front(model, normalize=normalize) if mode != "int8" else None
         with _locked(out) as done:
             if not done:
                 stages = FRONT
@@ -70,7 +71,7 @@ class ModelBuilds:
                     for artifact in ("imported.kir", "normalized.kir", "calibration.npz"):
                         shutil.copy2(int8 / artifact, out / artifact)
                     stages = FROM_QUANTIZE
-                cfg = self.config(model, mode)
+                cfg = self.config(model, mode, normalize=normalize or {})
                 for name in stages:
                     run_stage(name, model, ROOT / "models" / model, cfg, out)
         return out

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from kiln.errors import KilnError
 from kiln.ir.graph import DTYPES, Graph
-from kiln.plan.budget import finish, over_budget_error, smallest
+from kiln.plan.budget import finish, over_budget_error
 from kiln.plan.budget import search as budget_search
 from kiln.plan.buffers import Buffer, buffers
 from kiln.plan.config import alignment_problem
@@ -82,9 +82,8 @@ def plan(graph: Graph, config: dict) -> Graph:
 def _tile_to_budget(g: Graph, best: _Candidate, scratch: Scratch, config: dict, budget: int) -> Graph:
     """The layer-by-layer plan is over budget: the cheapest plan that fits (kiln.plan.budget)."""
     align, size = int(config["alignment"]), best.placement.size
-    found, plans = budget_search(g, config, budget)
+    found, reached = budget_search(g, config, budget)
     if found is None:
-        reached = smallest(plans, align)
         if reached is None or reached.size >= size:
             raise KilnError(over_budget(g, best.arena, size, budget) + "; neither less kernel scratch nor tiling lowers it")
         raise over_budget_error(g, budget, reached)

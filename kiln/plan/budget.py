@@ -16,9 +16,12 @@ they are computed into a tile buffer and copied into place
 a budget, layers are also run in pieces over their own input
 (`kiln.plan.overwrite`), one at a time at the step of most live bytes while
 it is over the budget: in a layer-by-layer plan, and, when nothing else
-fits, after the tiled runs of lowest peak. Among the plans whose placed arena fits, the one that
-adds the least work wins (`Option.rank`); when none fits, the error gives
-the smallest arena found and what limits it.
+fits, after each tiled run whose loop fits, in order of cost (a map written
+over its input frees the input's bytes once it dies: `Buffer.parts`). Among
+the plans whose placed arena fits, the one that adds the least work wins
+(`Option.rank`); when none fits, the error gives the smallest arena found
+and what limits it. Tiled candidates are measured only when a lower bound of
+their peak that builds no buffers (`floor`, `run_floor`) could fit.
 """
 from __future__ import annotations
 
@@ -139,7 +142,7 @@ def _live(bufs: list[Buffer], steps: int) -> list[int]:
     for b in bufs:
         if b.memory == "arena":
             for step in range(max(b.start, 0), min(b.end, steps - 1) + 1):
-                live[step] += b.size
+                live[step] += b.live_bytes(step)
     return live
 
 
@@ -168,12 +171,14 @@ def measure(p: Option, align: int) -> Option:
     return p
 
 
-def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int) -> Option | None:
+def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int, memo: dict | None = None) -> Option | None:
     """`plain` (layer by layer, or with a tiled run) with layers outside its run run over their input, added one
     at a time at the step of most live bytes while that is over `budget` (and the layer there lowers it): only
     where the budget needs one. Each in the largest pieces, up to `grain` rows, that bring its step within the
-    budget (fewer calls), else in those that lower it most. None: no layer helps."""
+    budget (fewer calls), else in those that lower it most. None: no layer helps. `memo` keeps the pieces cut
+    for `g` across calls."""
     measure(plain, align)
+    memo = {} if memo is None else memo
     bufs, extras, chosen = list(plain.bufs), list(plain.extras), []
     tried = set(range(plain.tiling.start, plain.tiling.stop)) if plain.tiling else set()
     steps = len(g.nodes)
@@ -186,10 +191,14 @@ def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int) -> 
         tried.add(step)
         tries = []
         for size in (k for k in reversed(overwrite.GRAINS) if k <= grain):
-            merged = overwrite.best_merge(bufs, g, overwrite.pieces(g, step, size, plain.level, align), align)
+            key = (id(g), step, size, plain.level)
+            if key not in memo:
+                memo[key] = overwrite.pieces(g, step, size, plain.level, align)
+            merged = overwrite.best_merge(bufs, g, memo[key], align)
             if merged is not None:
                 new_extras = extras + [overwrite.tile_buffer(g, merged[1], align)]
-                tries.append((_live(merged[0] + new_extras, steps)[step], merged, new_extras))
+                at = sum(b.live_bytes(step) for b in merged[0] + new_extras if b.memory == "arena")
+                tries.append((at, merged, new_extras))
         fits = [t for t in tries if t[0] <= budget]
         if not tries:
             continue
@@ -253,34 +262,101 @@ def _placed(p: Option, align: int) -> Option:
     return p
 
 
-def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, list[Option]]:
-    """The cheapest plan that fits `budget` (or None), and every candidate evaluated, cheapest first."""
+def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, Option | None]:
+    """The cheapest plan that fits `budget` (or None), and the smallest arena found (placed).
+
+    First the candidates as they are; then, in order of cost, each tiled run whose loop fits with the layers after
+    it run over their input where the budget needs them (`overwrites`), until none left can be cheaper than the
+    cheapest that fits."""
     align = int(config["alignment"])
     plans = options(g, config, budget=budget)
+    outside: dict[int, list[int]] = {}
     tried = 0
     for p in plans:
-        if measure(p, align).bound > budget:
+        if floor(p, align, outside) > budget or measure(p, align).bound > budget:
             continue
         if _placed(p, align).size <= budget:
-            return p, plans
+            return p, p
         tried += 1
         if tried >= MAX_PLACEMENTS:
             break
-    tiled = sorted((p for p in plans if p.tiling and not p.overwrites), key=lambda p: (measure(p, align).bound, p.rank))
-    both = [o for p in tiled[:MAX_PLACEMENTS] for grain in overwrite.GRAINS for o in [overwrites(g, p, grain, budget, align)] if o]
-    plans = sorted(plans + both, key=lambda p: p.rank)
-    for p in sorted((p for p in both if p.bound <= budget), key=lambda p: p.rank)[:MAX_PLACEMENTS]:
-        if _placed(p, align).size <= budget:
-            return p, plans
-    least = smallest(plans, align)  # the plans of lowest peak, placed: the error reports the same arena
-    return (least if least is not None and least.size <= budget else None), plans
+    tiled = [p for p in plans if p.tiling and not p.overwrites]
+    best, tried, memo = None, 0, {}
+    for p in tiled:
+        if best is not None and p.rank[0] > best.rank[0] or tried >= MAX_PLACEMENTS:
+            break
+        if run_floor(p, align) > budget or run_peak(measure(p, align)) > budget:
+            continue
+        found = [o for grain in overwrite.GRAINS for o in [overwrites(p.graph, p, grain, budget, align, memo)]
+                 if o and o.bound <= budget]
+        for o in sorted(found, key=lambda o: o.rank):
+            if best is None or o.rank < best.rank:
+                tried += 1
+                if _placed(o, align).size <= budget:
+                    best = o
+    if best is not None:
+        return best, best
+    both = [o for p in lowest_runs(tiled, align) for grain in overwrite.GRAINS
+            for o in [overwrites(p.graph, p, grain, budget, align, memo)] if o]
+    least = smallest(sorted(plans + both, key=lambda p: p.rank), align, outside)  # the error reports its arena
+    return (least if least is not None and least.size <= budget else None), least
 
 
-def smallest(plans: list[Option], align: int) -> Option | None:
-    """The smallest placed arena among the candidates of lowest peak."""
-    lowest = sorted(plans, key=lambda p: (measure(p, align).bound, p.extra_macs))[:MAX_PLACEMENTS]
-    placed = [_placed(p, align) for p in lowest]
+def lowest_runs(tiled: list[Option], align: int) -> list[Option]:
+    """Per tiled run (its steps, scratch levels and whether its output lies over its input), the grid of lowest
+    `run_floor` (then cost): the layers outside the run see the same buffers whatever the grid."""
+    best: dict[tuple, tuple[int, int]] = {}
+    for k, p in enumerate(tiled):
+        key = (id(p.base), p.tiling.stop, p.tiling.scratch, p.tiling.shift is not None)
+        floor = run_floor(p, align)
+        if key not in best or floor < best[key][0]:
+            best[key] = (floor, k)
+    return [measure(tiled[k], align) for _, k in sorted(best.values())]
+
+
+def run_floor(p: Option, align: int) -> int:
+    """A lower bound of `run_peak` that builds no buffers: the run's input and output maps (one buffer when the
+    output lies over the input), and the input and output tiles of its fullest layer."""
+    g, t = p.graph, p.tiling
+    x, y = g.nodes[t.start].inputs[0], g.nodes[t.stop - 1].outputs[0]
+    sizes = {name: b.size for b in p.base if b.memory == "arena" and not b.scratch for name in b.tensors}
+    sx, sy = sizes.get(x, 0), sizes.get(y, 0)
+    ends = round_up(max(sx, t.shift + sy) - min(0, t.shift), align) if t.shift is not None else sx + sy
+    last = t.stop - t.start - 1
+    tiles = [round_up(tiling.tile_bytes(g, t, k), align) for k in range(last)]
+    first = round_up(tiling.patch_bytes(g, t), align) if tiling.needs_gather(g, t) else 0
+    final = round_up(tiling.tile_bytes(g, t, last), align) if tiling.needs_scatter(g, t) else 0
+    inputs, outputs = [first] + tiles, tiles + [final]
+    return ends + max(i + o for i, o in zip(inputs, outputs))
+
+
+def run_peak(p: Option) -> int:
+    """The most live arena bytes during the tiled run's loop (a measured candidate with a tiled run)."""
+    live = _live(p.bufs + p.extras, len(p.graph.nodes))
+    return max(live[p.tiling.start:p.tiling.stop])
+
+
+def smallest(plans: list[Option], align: int, outside: dict[int, list[int]] | None = None) -> Option | None:
+    """The smallest placed arena among the candidates of lowest peak (measuring only those whose `floor` could be
+    among them)."""
+    outside = {} if outside is None else outside
+    lowest: list[tuple[int, int, int]] = []
+    for low, k in sorted((floor(p, align, outside), k) for k, p in enumerate(plans)):
+        if len(lowest) >= MAX_PLACEMENTS and low > lowest[-1][0]:
+            break
+        lowest = sorted(lowest + [(measure(plans[k], align).bound, plans[k].extra_macs, k)])[:MAX_PLACEMENTS]
+    placed = [_placed(plans[k], align) for _, _, k in lowest]
     return min(placed, key=lambda p: (p.size, p.extra_macs), default=None)
+
+
+def floor(p: Option, align: int, outside: dict[int, list[int]]) -> int:
+    """A lower bound of the candidate's peak that builds no buffers when it is a tiled run alone (its steps outside
+    the run are as layer by layer, or fuller; its loop takes at least `run_floor`); else its peak. `outside` keeps
+    the layer-by-layer live bytes per step of each schedule."""
+    if p.bound >= 0 or not p.tiling or p.overwrites:
+        return measure(p, align).bound
+    live = outside.setdefault(id(p.base), _live(p.base, len(p.graph.nodes)))
+    return max(live[:p.tiling.start] + live[p.tiling.stop:] + [run_floor(p, align)])
 
 
 def describe(g: Graph, p: Option) -> str:
@@ -302,9 +378,10 @@ def describe(g: Graph, p: Option) -> str:
 def limit(g: Graph, p: Option) -> str:
     """What holds the plan's arena up: the live buffers at its peak step."""
     arena = [b for b in p.bufs + p.extras if b.memory == "arena"]
-    step = max(range(len(g.nodes)), key=lambda s: (sum(b.size for b in arena if b.start <= s <= b.end), -s))
-    live = sorted((b for b in arena if b.start <= step <= b.end), key=lambda b: (-b.size, b.tensors[0]))
-    names = ", ".join(f"{b.tensors[0]} ({b.size} B)" for b in live)
+    live = _live(arena, len(g.nodes))
+    step = max(range(len(g.nodes)), key=lambda s: (live[s], -s))
+    held = sorted((b for b in arena if b.live_bytes(step)), key=lambda b: (-b.live_bytes(step), b.tensors[0]))
+    names = ", ".join(f"{b.tensors[0]} ({b.live_bytes(step)} B)" for b in held)
     return f"peak at step {step} (node {g.nodes[step].name!r}) with live buffers: {names}"
 
 
@@ -425,18 +502,28 @@ def frontier(graph: Graph, config: dict) -> list[tuple[int, int, int, int, str]]
     """(arena bytes, extra MACs, MACs off a fast path, bytes copied, plan) of the candidates no other beats on both
     arena and added work (their sum, as `Option.rank` counts it), in the graph's best schedule.
 
-    Candidates are first filtered on their peak (a placement never goes below it), then placed.
+    Candidates are taken in order of added work, each kept when its peak is below every cheaper one's (a placement
+    never goes below it), then placed. A tiled run comes also with the layers after it run over their input where
+    they are above its loop's peak; a candidate is measured only when a lower bound of that could be below.
     """
     from kiln.plan import plan
 
     scheduled = plan(graph, dict(config, budget=0))
     g = graph.copy()
     g.nodes = [next(n for n in graph.nodes if n.name == m.name) for m in scheduled.nodes]
-    align, kept, lowest = int(config["alignment"]), [], None
-    for p in sorted(options(g, config, budget=0), key=lambda p: (p.rank[0], measure(p, align).bound, p.rank)):
-        if lowest is None or p.bound < lowest:
-            kept.append(p)
-            lowest = p.bound
+    align, kept, lowest, outside, memo = int(config["alignment"]), [], None, {}, {}
+    plans = options(g, config, budget=0)
+    for p in sorted(plans, key=lambda p: (p.rank[0], floor(p, align, outside), p.rank)):
+        tiled = p.tiling is not None and not p.overwrites
+        if lowest is not None and (run_floor(p, align) if tiled else floor(p, align, outside)) >= lowest:
+            continue
+        found = [measure(p, align)]
+        if tiled and p.bound > run_peak(p):
+            found += [o for grain in overwrite.GRAINS for o in [overwrites(p.graph, p, grain, run_peak(p), align, memo)] if o]
+        for o in sorted(found, key=lambda o: (o.rank[0], o.bound)):
+            if lowest is None or o.bound < lowest:
+                kept.append(o)
+                lowest = o.bound
     placed = sorted(((_placed(p, align).size, p.extra_macs, p.slow_macs, p.moved, describe(g, p)) for p in kept),
                     key=lambda r: (r[1] + r[2] + r[3], r[0]))
     best: list[tuple[int, int, int, int, str]] = []

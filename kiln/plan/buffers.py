@@ -25,9 +25,26 @@ class Buffer:
     offset: int = 0
     scratch: bool = False
     shifts: dict[str, int] = field(default_factory=dict)  # tensors placed this many bytes into it (others: at 0)
+    # (start, end, lo, hi): bytes [lo, hi) of it live over steps start..end, when what is live changes over its life
+    # (the input and output maps of a layer written over its input); none: all of it, all its life
+    parts: tuple[tuple[int, int, int, int], ...] = ()
 
     def overlaps(self, other: "Buffer") -> bool:
         return self.start <= other.end and other.start <= self.end
+
+    def spans(self) -> tuple[tuple[int, int, int, int], ...]:
+        return self.parts or ((self.start, self.end, 0, self.size),)
+
+    def live_bytes(self, step: int) -> int:
+        """Its bytes live at `step`: the union of its parts live there."""
+        if not self.parts:
+            return self.size if self.start <= step <= self.end else 0
+        total, end = 0, 0
+        for lo, hi in sorted((lo, hi) for s, e, lo, hi in self.parts if s <= step <= e):
+            if hi > end:
+                total += hi - max(lo, end)
+                end = hi
+        return total
 
 
 def round_up(n: int, align: int) -> int:

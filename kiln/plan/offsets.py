@@ -35,12 +35,24 @@ class Placement:
 def place(bufs: list[Buffer], align: int, bound: int | None = None) -> Placement:
     """The smallest placement of `bufs` found; the caller applies `offsets` (in `bufs` order)."""
     conflicts = _conflicts(bufs)
-    tried = [(Placement(name, *_decode(bufs, conflicts, order, best_fit, align)), order, best_fit)
+    near = _near(bufs, conflicts)
+    tried = [(Placement(name, *_decode(bufs, near, order, best_fit, align)), order, best_fit)
              for name, order, best_fit in _orders(bufs, conflicts)]
     placement, order, best_fit = tried[min(range(len(tried)), key=lambda k: (tried[k][0].size, k))]
     if bound is not None and placement.size > bound:
-        placement = _hill_climb(bufs, conflicts, order, best_fit, align, bound, placement)
+        placement = _hill_climb(bufs, near, order, best_fit, align, bound, placement)
     return placement
+
+
+def _near(bufs: list[Buffer], conflicts: list[list[int]]) -> list[list[tuple[int, int, int]]]:
+    """For each buffer, (j, x, y) for each other buffer j and pair of their parts live at a common step: placed at
+    offset o_j, j forbids every offset in the open interval (o_j + x, o_j + y). A buffer without parts is one part."""
+    spans = [b.spans() for b in bufs]
+    found: list[list[tuple[int, int, int]]] = []
+    for i, others in enumerate(conflicts):
+        found.append([(j, lo_q - hi_p, hi_q - lo_p) for j in others for s_p, e_p, lo_p, hi_p in spans[i]
+                      for s_q, e_q, lo_q, hi_q in spans[j] if s_p <= e_q and s_q <= e_p])
+    return found
 
 
 def _conflicts(bufs: list[Buffer]) -> list[list[int]]:
@@ -93,32 +105,33 @@ def _by_breadth(bufs: list[Buffer]) -> list[int]:
     return order
 
 
-def _decode(bufs: list[Buffer], conflicts: list[list[int]], order: list[int], best_fit: bool,
+def _decode(bufs: list[Buffer], near: list[list[tuple[int, int, int]]], order: list[int], best_fit: bool,
             align: int) -> tuple[tuple[int, ...], int]:
     offsets: list[int | None] = [None] * len(bufs)
     for i in order:
-        placed = sorted((offsets[j], bufs[j].size) for j in conflicts[i] if offsets[j] is not None)
-        offsets[i] = _fit(bufs[i].size, placed, best_fit, align)
+        forbidden = sorted((o + x, o + y) for j, x, y in near[i] for o in [offsets[j]] if o is not None)
+        offsets[i] = _fit(forbidden, best_fit, align)
     final = tuple(int(o or 0) for o in offsets)
     return final, max((o + b.size for o, b in zip(final, bufs)), default=0)
 
 
-def _fit(size: int, placed: list[tuple[int, int]], best_fit: bool, align: int) -> int:
-    """The lowest (first fit) or tightest (best fit) aligned gap among `placed` (offset, size) that holds `size`."""
+def _fit(forbidden: list[tuple[int, int]], best_fit: bool, align: int) -> int:
+    """The lowest (first fit) or tightest (best fit: the smallest gap between placed buffers that holds it) aligned
+    offset, at least 0, in none of the sorted open intervals `forbidden`."""
     gaps: list[tuple[int, int]] = []
     cursor = 0
-    for offset, length in placed:
-        if offset - cursor >= size:
+    for x, y in forbidden:
+        if x >= cursor:
             if not best_fit:
                 return cursor
-            gaps.append((offset - cursor, cursor))
-        cursor = max(cursor, round_up(offset + length, align))
+            gaps.append((x - cursor, cursor))
+        cursor = max(cursor, round_up(y, align))
     if gaps:
         return min(gaps)[1]
     return cursor
 
 
-def _hill_climb(bufs: list[Buffer], conflicts: list[list[int]], order: list[int], best_fit: bool, align: int,
+def _hill_climb(bufs: list[Buffer], near: list[list[tuple[int, int, int]]], order: list[int], best_fit: bool, align: int,
                 bound: int, start: Placement) -> Placement:
     rng = np.random.default_rng(0)
     best, current = start, list(order)
@@ -126,7 +139,7 @@ def _hill_climb(bufs: list[Buffer], conflicts: list[list[int]], order: list[int]
         i, j = (int(v) for v in rng.choice(len(current), size=2, replace=False))
         trial = list(current)
         trial[i], trial[j] = trial[j], trial[i]
-        offsets, size = _decode(bufs, conflicts, trial, best_fit, align)
+        offsets, size = _decode(bufs, near, trial, best_fit, align)
         if size <= best.size:
             current = trial
             if size < best.size:

@@ -132,7 +132,9 @@ def join(bufs: list[Buffer], x: str, y: str, shift: int, start: int, end: int, a
     shifts = {t: bx.shifts.get(t, 0) - low for t in bx.tensors}
     shifts.update({t: base_y + by.shifts.get(t, 0) - low for t in by.tensors})
     size = round_up(max(bx.size, base_y + by.size) - low, align)
-    joined = Buffer(bx.tensors + by.tensors, size, bx.start, by.end, "arena", shifts=shifts)
+    parts = tuple((s, e, lo - low, hi - low) for s, e, lo, hi in bx.spans())
+    parts += tuple((s, e, base_y + lo - low, base_y + hi - low) for s, e, lo, hi in by.spans())
+    joined = Buffer(bx.tensors + by.tensors, size, bx.start, by.end, "arena", shifts=shifts, parts=parts)
     return [joined if b is bx else b for b in bufs if b is not by]
 
 
