@@ -630,8 +630,8 @@ def test_mul_paths_match_reference_and_are_each_reached(lib, scratch_lib):
         graph, feeds = mul_path_case(np.random.default_rng([i, 17]), *case)
         for library in (lib, scratch_lib):
             seen.add(mul_path(check_case(library, graph, feeds, i).nodes[0]))
-    for seed in range(3 * CASES):
-        graph, feeds = mul_case(np.random.default_rng([seed, 16]))
+    for seed in range(36):  # the blocked cases' seeds (run there), whatever KILN_KERNEL_CASES says
+        graph, _ = mul_case(np.random.default_rng([seed, 16]))
         seen.add(mul_path(lower(graph, CONFIG).nodes[0]))
     lanes = {f"mul {kind}, {clamp}, lanes, rest {rest}" for kind, clamp, rest in MUL_PATH_CASES}
     assert lanes | {"mul general"} <= seen, sorted((lanes | {"mul general"}) - seen)
