@@ -135,10 +135,11 @@ void kiln_add_table_s8(const kiln_add_table_s8_params_t *p, const int8_t *a, con
 }
 
 /* int8 mul: out_zp + requantize((a + a_offset) * (b + b_offset)), clamped. The broadcast walk hands each
- * innermost row to kiln_mul_row: a row of both operands, or of one operand times a single value of the
- * other (a map times a per-channel vector or a scalar). With KILN_RQ_FAST the products (below 2^16 in
- * magnitude) take the fast requantization of kiln_simd.h on their doubles, t = 2 (a + a_offset)(b + b_offset):
- * SMMLAR, SUB, ASR, the zero point riding in the rounding term. */
+ * innermost row, with the rows of the next dimension out, to kiln_mul_rows: rows of both operands, or of
+ * one operand times a single value of the other (a map times a per-channel vector or a scalar). With
+ * KILN_RQ_FAST the products (below 2^16 in magnitude) take the fast requantization of kiln_simd.h on
+ * their doubles, t = 2 (a + a_offset)(b + b_offset): SMMLAR, SUB, ASR, the zero point riding in the
+ * rounding term. */
 typedef struct {
     int32_t fast, full, mult, round, shift, lo, hi;
     kiln_rq_t rq;
@@ -197,7 +198,7 @@ KILN_ALWAYS_INLINE void kiln_mul_fast_rows(const kiln_mul_rq_t *r, const int8_t 
     const uint32_t lo4 = (uint8_t)lo * 0x01010101u, hi4 = (uint8_t)hi * 0x01010101u;
     int32_t row, i;
     for (row = 0; row < rows; row++, a += a_row, b += b_row, y += n) {
-        const int32_t bs = 2 * (b[0] + b_off);
+        const int32_t bs = scalar ? 2 * (b[0] + b_off) : 0;
         kiln_mul_lanes(a, oa, b, ob, kiln_pack16(bs, bs), y, n4, mult, round, shift, lo4, hi4, scalar, clamp);
         for (i = n4; i < n; i++) {
             const int32_t t = 2 * (a[i] + a_off) * (b[scalar ? 0 : i] + b_off);

@@ -24,11 +24,11 @@
 #define KILN_ASM_BLOCK static __attribute__((noinline, unused)) void
 #endif
 
-/* The scratch paths (inputs widened to int16 lanes in scratch, kiln_gemm.h and the depthwise strips) pay
- * only with the DSP's paired multiplies: without them the widening is extra work and the products are
- * the same MULs, so the portable builds (M0, M3, RISC-V) keep the direct int8 loops. The host tests
- * define KILN_SCRATCH_PATHS_ALWAYS to run the scratch paths' shared C (blocking, bounds, padding)
- * under the sanitizers too. */
+/* The scratch paths (inputs widened to int16 lanes in scratch, kiln_gemm.h and the depthwise strips) and
+ * kiln_mul_s8's lanes (binary.c) pay only with the DSP's paired instructions: without them the widening is
+ * extra work and the products are the same MULs, so the portable builds (M0, M3, RISC-V) keep the direct
+ * int8 loops. The host tests define KILN_SCRATCH_PATHS_ALWAYS to run the scratch paths' and the lanes'
+ * shared C (blocking, bounds, padding) under the sanitizers too. */
 #if defined(KILN_SIMD_DSP) || defined(KILN_SCRATCH_PATHS_ALWAYS)
 #define KILN_SCRATCH_PATHS 1
 #else
