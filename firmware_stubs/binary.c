@@ -141,7 +141,7 @@ void kiln_add_table_s8(const kiln_add_table_s8_params_t *p, const int8_t *a, con
  * their doubles, t = 2 (a + a_offset)(b + b_offset): SMMLAR, SUB, ASR, the zero point riding in the
  * rounding term. */
 typedef struct {
-    int32_t fast, full, mult, round, shift, lo, hi;
+    int32_t fast, full, mult, round, shift, zp, lo, hi;
     kiln_rq_t rq;
     kiln_out_t out;
 } kiln_mul_rq_t;
@@ -150,12 +150,15 @@ typedef struct {
 /* 4 values at a time (n a multiple of 4): the offsets added by SXTAB16 to the even and odd bytes of a word,
  * b's lanes doubled (|2 (b + b_offset)| <= 510), the four products by SMULBB/SMULTT, requantized (each
  * result below 2^15 in magnitude: |t| < 2^17, the multiplier below 1, e >= 1), paired into int16 lanes and
- * saturated by SSAT16, then packed and stored as one word; `clamp` 1 raises the bytes to lo4 (a ReLU: the
- * upper bound is 127), 2 also lowers them to hi4, by SSUB8/SEL. A `scalar` b is one value: bb holds its
- * doubled sum in both lanes. The portable builds keep the loop of one value at a time (kiln_mul_rows):
+ * saturated by SSAT16, then packed and stored as one word; `clamp` 1 raises the bytes to lo4 by SSUB8/SEL
+ * (a ReLU: the upper bound is 127); `clamp` 2 (both bounds) has the results come d = 127 - hi too high (d
+ * folded into the rounding term with the zero point: zp + d <= 127 when hi >= zp, as for every range
+ * reaching up to zero, so the bounds above hold), so SSAT16 makes the upper bound, raises them to
+ * lo4 = lo + d and takes d4 from every byte (USUB8: the bytes are in [lo + d, 127], no byte wraps). A
+ * `scalar` b is one value: bb holds its doubled sum in both lanes. The portable builds keep the loop of one value at a time (kiln_mul_rows):
  * these lanes pay only with the DSP's paired instructions. */
 KILN_ALWAYS_INLINE void kiln_mul_lanes(const int8_t *a, uint32_t oa, const int8_t *b, uint32_t ob, uint32_t bb, int8_t *y,
-                                       int32_t n, int32_t mult, int32_t round, int32_t shift, uint32_t lo4, uint32_t hi4,
+                                       int32_t n, int32_t mult, int32_t round, int32_t shift, uint32_t lo4, uint32_t d4,
                                        int scalar, int clamp)
 {
     const int8_t *end = a + n;
@@ -182,7 +185,7 @@ KILN_ALWAYS_INLINE void kiln_mul_lanes(const int8_t *a, uint32_t oa, const int8_
             w = kiln_max8x4(w, lo4);
         }
         if (clamp == 2) {
-            w = kiln_min8x4(w, hi4);
+            w = kiln_sub8x4(w, d4);
         }
         kiln_store4(y, w);
     }
@@ -193,13 +196,15 @@ KILN_ALWAYS_INLINE void kiln_mul_fast_rows(const kiln_mul_rq_t *r, const int8_t 
                                            const int8_t *b, int32_t b_off, int32_t b_row, int8_t *y, int32_t n,
                                            int32_t rows, int scalar, int clamp)
 {
-    const int32_t mult = r->mult, round = r->round, shift = r->shift, lo = r->lo, hi = r->hi, n4 = n & ~3;
+    const int32_t mult = r->mult, round = r->round, shift = r->shift, lo = r->lo, hi = r->hi;
+    const int32_t d = clamp == 2 ? 127 - hi : 0, n4 = clamp == 2 && hi < r->zp ? 0 : n & ~3;
+    const int32_t lanes_round = round + (int32_t)((uint32_t)d << shift);
     const uint32_t oa = kiln_pack16(a_off, a_off), ob = kiln_pack16(b_off, b_off);
-    const uint32_t lo4 = (uint8_t)lo * 0x01010101u, hi4 = (uint8_t)hi * 0x01010101u;
+    const uint32_t lo4 = (uint8_t)((lo > hi ? hi : lo) + d) * 0x01010101u, d4 = (uint8_t)d * 0x01010101u; /* lo > hi: all hi */
     int32_t row, i;
     for (row = 0; row < rows; row++, a += a_row, b += b_row, y += n) {
         const int32_t bs = scalar ? 2 * (b[0] + b_off) : 0;
-        kiln_mul_lanes(a, oa, b, ob, kiln_pack16(bs, bs), y, n4, mult, round, shift, lo4, hi4, scalar, clamp);
+        kiln_mul_lanes(a, oa, b, ob, kiln_pack16(bs, bs), y, n4, mult, lanes_round, shift, lo4, d4, scalar, clamp);
         for (i = n4; i < n; i++) {
             const int32_t t = 2 * (a[i] + a_off) * (b[scalar ? 0 : i] + b_off);
             y[i] = kiln_clamp8(kiln_rq2_apply(mult, round, shift, t), lo, hi);
@@ -262,6 +267,7 @@ void kiln_mul_s8(const kiln_mul_s8_params_t *p, const int8_t *a, const int8_t *b
     r.full = (p->requant & KILN_RQ_FULL) != 0;
     r.rq = kiln_rq_channel(p->out_mult, p->out_shift);
     r.out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
+    r.zp = p->out_zp;
     r.lo = p->act_min;
     r.hi = p->act_max;
     if (r.fast) {

@@ -648,8 +648,8 @@ static inline uint32_t kiln_bytes4(uint32_t e, uint32_t o)
 #endif
 }
 
-/* Each int8 lane of w raised to the one of lo4 (max) or lowered to the one of hi4 (min): SSUB8 sets the GE
- * flags of the bytes where its first operand is not below its second, SEL picks by them. */
+/* Each int8 lane of w raised to the one of lo4 (max): SSUB8 sets the GE flags of the bytes where its first
+ * operand is not below its second, SEL picks by them. */
 static inline uint32_t kiln_max8x4(uint32_t w, uint32_t lo4)
 {
 #ifdef KILN_SIMD_DSP
@@ -671,24 +671,13 @@ static inline uint32_t kiln_max8x4(uint32_t w, uint32_t lo4)
 #endif
 }
 
-static inline uint32_t kiln_min8x4(uint32_t w, uint32_t hi4)
+/* w - d4 byte by byte modulo 2^8: USUB8 (GE flags unused). */
+static inline uint32_t kiln_sub8x4(uint32_t w, uint32_t d4)
 {
 #ifdef KILN_SIMD_DSP
-    uint32_t t;
-    __asm__("ssub8 %1, %2, %0\n\t"
-            "sel %0, %0, %2"
-            : "+r"(w), "=&r"(t)
-            : "r"(hi4)
-            : "cc");
-    return w;
+    return (uint32_t)__usub8((uint8x4_t)w, (uint8x4_t)d4);
 #else
-    uint32_t r = 0;
-    int32_t k;
-    for (k = 0; k < 32; k += 8) {
-        const int8_t v = (int8_t)(w >> k & 0xFFu), hi = (int8_t)(hi4 >> k & 0xFFu);
-        r |= (uint32_t)(uint8_t)(v > hi ? hi : v) << k;
-    }
-    return r;
+    return ((w | 0x80808080u) - (d4 & 0x7F7F7F7Fu)) ^ ((w ^ ~d4) & 0x80808080u);
 #endif
 }
 

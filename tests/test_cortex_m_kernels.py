@@ -184,7 +184,8 @@ def test_every_kernel_family_and_path_is_covered(image):
             assert any(p.startswith(f"{kernel} rows, k % 4 = {rest}") for p in paths), (kernel, rest)
         assert {f"{kernel} rows, k % 4 = 0, even groups", f"{kernel} rows, k % 4 = 0, odd groups"} <= paths
     assert any(p.startswith("kiln_conv2d_add_s8 rows") for p in paths)
-    mul = {f"mul {kind}, {clamp}, lanes, rest {rest}" for kind, clamp, rest in MUL_PATH_CASES} | {"mul general"}
+    mul = {f"mul {kind}, {clamp}, {'no lanes' if clamp == 'below zero' else 'lanes'}, rest {rest}"
+           for kind, clamp, rest in MUL_PATH_CASES} | {"mul general"}
     assert mul <= paths, sorted(mul - paths)
     assert any(p.startswith("mul ") and "no lanes" in p for p in paths), paths
 

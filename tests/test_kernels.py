@@ -468,15 +468,16 @@ def mul_case(rng):
 
 
 MUL_KINDS = ("rows", "channel", "scalar", "scalar first")
-MUL_CLAMPS = {"full": None, "relu": (0.0, math.inf), "both": (-1.0, 1.0)}
+MUL_CLAMPS = {"full": None, "relu": (0.0, math.inf), "both": (-1.0, 1.0), "below zero": (-3.0, -0.5)}
 MUL_PATH_CASES = [(kind, clamp, rest) for kind in MUL_KINDS for clamp in MUL_CLAMPS for rest in range(4)
                   if (rest + MUL_KINDS.index(kind) + list(MUL_CLAMPS).index(clamp)) % 2 == 0]
 
 
 def mul_path_case(rng, kind: str, clamp: str, rest: int):
-    """An int8 mul with KILN_RQ_FAST that takes one lane path of kiln_mul_s8: rows of one shape, a map times a
+    """An int8 mul with KILN_RQ_FAST that takes one path of kiln_mul_s8: rows of one shape, a map times a
     per-channel vector, a map times a scalar (either first), each over the whole int8 range (KILN_RQ_FULL),
-    with a ReLU (lower bound only) or clamped on both sides, rows of 4k + rest values."""
+    with a ReLU (lower bound only), clamped on both sides, or below zero (one value at a time: the lanes
+    fold the upper bound into the zero point only up from zero), rows of 4k + rest values."""
     n = 4 * int(rng.integers(1, 6)) + rest
     m = (1, int(rng.integers(2, 4)), int(rng.integers(1, 4)), n)
     sa, sb = {"rows": ((n,), (n,)), "channel": (m, (n,)), "scalar": ((n,), (1,)), "scalar first": ((1,), (1, n))}[kind]
@@ -495,8 +496,10 @@ def mul_path(node) -> str:
     if not p["requant"] & KILN_RQ_FAST:
         return "mul general"
     rows = "scalar first" if p["a_s3"] == 0 else "scalar" if p["b_s3"] == 0 else "channel" if p["b_s2"] == 0 and p["d2"] > 1 else "rows"
-    clamp = "full" if p["requant"] & KILN_RQ_FULL else "relu" if p["act_max"] == 127 else "both"
-    return f"mul {rows}, {clamp}, {'lanes' if p['d3'] >= 4 else 'no lanes'}, rest {p['d3'] % 4}"
+    clamp = ("full" if p["requant"] & KILN_RQ_FULL else "relu" if p["act_max"] == 127
+             else "both" if p["act_max"] >= p["out_zp"] else "below zero")
+    lanes = p["d3"] >= 4 and clamp != "below zero"
+    return f"mul {rows}, {clamp}, {'lanes' if lanes else 'no lanes'}, rest {p['d3'] % 4}"
 
 
 # Shapes that reach every blocked path of the int8 conv/depthwise/matrix kernels: channel counts
@@ -633,7 +636,7 @@ def test_mul_paths_match_reference_and_are_each_reached(lib, scratch_lib):
     for seed in range(36):  # the blocked cases' seeds (run there), whatever KILN_KERNEL_CASES says
         graph, _ = mul_case(np.random.default_rng([seed, 16]))
         seen.add(mul_path(lower(graph, CONFIG).nodes[0]))
-    lanes = {f"mul {kind}, {clamp}, lanes, rest {rest}" for kind, clamp, rest in MUL_PATH_CASES}
+    lanes = {f"mul {kind}, {clamp}, {'no lanes' if clamp == 'below zero' else 'lanes'}, rest {rest}" for kind, clamp, rest in MUL_PATH_CASES}
     assert lanes | {"mul general"} <= seen, sorted((lanes | {"mul general"}) - seen)
     assert {kind for kind in MUL_KINDS if any(p.startswith(f"mul {kind},") and "rest 0" not in p for p in seen)} == set(MUL_KINDS)
     assert any("no lanes" in p for p in seen), seen
