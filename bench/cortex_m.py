@@ -16,8 +16,9 @@ apart: the same layer built alone with and without the add.
 `--mul` measures the int8 mul kernel alone (no zoo model has a mul): one
 layer per case in one image, on operands of one shape, on a map times a
 per-channel vector (a squeeze-and-excitation block's scaling) and on a map
-times a scalar, each over the whole int8 range and with a ReLU; instructions
-per output element, outputs checked against the integer reference.
+times a scalar, each over the whole int8 range and with a ReLU (one shape also
+clamped on both sides); instructions per output element, outputs checked
+against the integer reference.
 
     python bench/cortex_m.py [BUILD_ROOT] [--layers] [--mul] [--json FILE]
 """
@@ -60,7 +61,7 @@ CMSIS_NN = {
     ("conv", "3x3 s1 16>16 @32x32"): 2.33,  # ResNet-8 3x3
     ("fc", "640>128"): 1.95,  # anomaly detection FC
 }
-# Issue 18's targets: instructions per MAC of whole models, and per layer kind (per element for adds).
+# Issue 18's targets: instructions per MAC of whole models, and per layer kind (per element for adds and muls).
 MODEL_TARGETS = {"kws_dscnn": 2.4, "vww_mobilenet": 2.4, "ic_resnet8": 1.9}
 LAYER_TARGETS = {"depthwise": 5.0, "add": 10.0, "residual add": 10.0, "mul": 10.0, ("pointwise", "8>16 @48x48"): 3.5}
 ELEMENT_WISE = {"add", "mul"}  # kinds measured per output element, not per MAC
