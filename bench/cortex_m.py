@@ -13,7 +13,14 @@ MAC on the same layer shape where issue 18 measured it (CMSIS_NN below). For
 a conv fused with the residual add it feeds, the add's share is measured
 apart: the same layer built alone with and without the add.
 
-    python bench/cortex_m.py [BUILD_ROOT] [--layers] [--json FILE]
+`--mul` measures the int8 mul kernel alone (no zoo model has a mul): one
+layer per case in one image, on operands of one shape, on a map times a
+per-channel vector (a squeeze-and-excitation block's scaling) and on a map
+times a scalar, each over the whole int8 range and with a ReLU (one shape also
+clamped on both sides); instructions per output element, outputs checked
+against the integer reference.
+
+    python bench/cortex_m.py [BUILD_ROOT] [--layers] [--mul] [--json FILE]
 """
 from __future__ import annotations
 
@@ -32,6 +39,8 @@ from kiln.config import validate
 from kiln.errors import KilnError
 from kiln.host import model_prefix
 from kiln.ir import Graph, load
+from kiln.ir.graph import Node, QuantParams, Tensor
+from kiln.lower import lower
 from kiln.lower.abi import KERNELS, bind
 from kiln.model_table import firmware_model
 from kiln.plan import plan
@@ -52,10 +61,16 @@ CMSIS_NN = {
     ("conv", "3x3 s1 16>16 @32x32"): 2.33,  # ResNet-8 3x3
     ("fc", "640>128"): 1.95,  # anomaly detection FC
 }
-# Issue 18's targets: instructions per MAC of whole models, and per layer kind (per element for adds).
+# Issue 18's targets: instructions per MAC of whole models, and per layer kind (per element for adds and muls).
 MODEL_TARGETS = {"kws_dscnn": 2.4, "vww_mobilenet": 2.4, "ic_resnet8": 1.9}
-LAYER_TARGETS = {"depthwise": 5.0, "add": 10.0, "residual add": 10.0, ("pointwise", "8>16 @48x48"): 3.5}
-ELEMENT_WISE = {"add"}  # kinds measured per output element, not per MAC
+LAYER_TARGETS = {"depthwise": 5.0, "add": 10.0, "residual add": 10.0, "mul": 10.0, ("pointwise", "8>16 @48x48"): 3.5}
+ELEMENT_WISE = {"add", "mul"}  # kinds measured per output element, not per MAC
+# --mul: (label, a's shape, b's shape, activation range) of the mul layers measured alone.
+RELU, CLAMP = (0.0, float("inf")), (0.0, 3.0)
+MUL_CASES = [("one shape", (1, 32, 32, 16), (1, 32, 32, 16), None), ("one shape, ReLU", (1, 32, 32, 16), (1, 32, 32, 16), RELU),
+             ("one shape, 0..3", (1, 32, 32, 16), (1, 32, 32, 16), CLAMP),
+             ("per channel", (1, 6, 6, 128), (1, 1, 1, 128), None), ("per channel, ReLU", (1, 6, 6, 128), (1, 1, 1, 128), RELU),
+             ("scalar", (1, 32, 32, 16), (1,), None), ("scalar, ReLU", (1, 32, 32, 16), (1,), RELU)]
 
 
 def describe(planned: Graph, node) -> tuple[str, str]:
@@ -75,6 +90,8 @@ def describe(planned: Graph, node) -> tuple[str, str]:
         return "fc", f"{p['in_features']}>{p['out_features']}"
     if kernel in ("kiln_add_table_s8", "kiln_add_s8", "kiln_sub_s8"):
         return "add", f"{planned.tensors[node.outputs[0]].size} values"
+    if kernel == "kiln_mul_s8":
+        return "mul", f"{planned.tensors[node.outputs[0]].size} values"
     return node.op, ""
 
 
@@ -130,7 +147,6 @@ def layer_row(planned: Graph, count) -> dict:
 def residual_add_share(planned: Graph, fused: list) -> dict[int, float]:
     """Instructions per output element that each fused conv + add spends on the add: the layer built
     alone with the add and without it (kiln_conv2d_s8 on the same parameters), one firmware image."""
-    defaults = validate({}, "bench")
     rng = np.random.default_rng(0)
     graphs, feeds = [], []
     for node in fused:
@@ -138,6 +154,16 @@ def residual_add_share(planned: Graph, fused: list) -> dict[int, float]:
         graphs += [alone, _alone(planned, node, with_add=False)]
         sample = [rng.integers(-128, 128, alone.tensors[n].shape).astype(np.int8) for n in alone.inputs]
         feeds += [sample, sample[:1]]
+    counts = [run.instructions for run, _ in run_alone(graphs, feeds)]
+    index = {id(n): i for i, n in enumerate(planned.nodes)}
+    return {index[id(n)]: round((counts[2 * j] - counts[2 * j + 1]) / planned.tensors[n.outputs[0]].size, 2)
+            for j, n in enumerate(fused)}
+
+
+def run_alone(graphs: list[Graph], feeds: list[list[np.ndarray]]) -> list[tuple]:
+    """(the layer's hook count, the whole run) of each one-layer lowered graph run on its feed, all in one
+    firmware image: the count is the layer's alone, not the I/O copies'."""
+    defaults = validate({}, "bench")
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         plans, sources, models = [], [], []
@@ -149,11 +175,39 @@ def residual_add_share(planned: Graph, fused: list) -> dict[int, float]:
             models.append(firmware_model(model_prefix(d / f"layer{i}.h"), (d / f"layer{i}.h").read_text()))
             plans.append(planned_i)
         elf = build_firmware(sources, models, d / "layers.elf")
-        counts = [run_firmware(elf, p, [f], model=f"layer{i}", layers=True).layers[0].instructions  # the layer alone, not the I/O copies
-                  for i, (p, f) in enumerate(zip(plans, feeds))]
-    index = {id(n): i for i, n in enumerate(planned.nodes)}
-    return {index[id(n)]: round((counts[2 * j] - counts[2 * j + 1]) / planned.tensors[n.outputs[0]].size, 2)
-            for j, n in enumerate(fused)}
+        runs = [run_firmware(elf, p, [f], model=f"layer{i}", layers=True) for i, (p, f) in enumerate(zip(plans, feeds))]
+    return [(r.layers[0], r) for r in runs]
+
+
+def mul_graph(a_shape: tuple, b_shape: tuple, activation: tuple[float, float] | None) -> Graph:
+    """An int8 mul with the scales of a feature map times a sigmoid's output (1/256): a right shift of 7."""
+    out = tuple(int(d) for d in np.broadcast_shapes(a_shape, b_shape))
+    g = Graph("mul")
+    g.add_tensor(Tensor("a", a_shape, "int8", quant=QuantParams((0.05,), (-3,))))
+    g.add_tensor(Tensor("b", b_shape, "int8", quant=QuantParams((1 / 256,), (-128,))))
+    g.add_tensor(Tensor("y", out, "int8", quant=QuantParams((0.04,), (-5,))))
+    attrs = {"act_min": activation[0], "act_max": activation[1]} if activation else {}
+    g.nodes = [Node("mul", "mul", ["a", "b"], ["y"], attrs)]
+    g.inputs, g.outputs = ["a", "b"], ["y"]
+    return g
+
+
+def bench_mul() -> list[dict]:
+    """MUL_CASES built alone: instructions per output element, outputs checked against the reference."""
+    rng = np.random.default_rng(0)
+    graphs, lowered, feeds = [], [], []
+    for _, a_shape, b_shape, act in MUL_CASES:
+        g = mul_graph(a_shape, b_shape, act)
+        graphs.append(g)
+        lowered.append(lower(g, validate({}, "bench")["kernels"]))
+        feeds.append([rng.integers(-128, 128, g.tensors[n].shape).astype(np.int8) for n in g.inputs])
+    rows = []
+    for (label, *_), g, low, feed, (count, run) in zip(MUL_CASES, graphs, lowered, feeds, run_alone(lowered, feeds)):
+        want = reference_outputs(g, [feed])[0][0]
+        size = g.tensors["y"].size
+        rows.append({"case": label, "values": size, "kernel": low.nodes[0].attrs["kernel"], "instructions": count.instructions,
+                     "per_element": round(count.instructions / size, 2), "bit_exact": bool(np.array_equal(run.outputs[0][0], want))})
+    return rows
 
 
 def _alone(planned: Graph, node, with_add: bool) -> Graph:
@@ -201,6 +255,14 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def render_mul(rows: list[dict]) -> str:
+    lines = ["int8 mul alone", f"  {'case':<20} {'values':>7} {'check':>6} {'instructions':>12} {'instr/element':>14} {'target':>7}"]
+    for r in rows:
+        lines.append(f"  {r['case']:<20} {r['values']:>7} {'ok' if r['bit_exact'] else 'BAD':>6} {r['instructions']:>12} "
+                     f"{r['per_element']:>14.2f} {'<= ' + str(LAYER_TARGETS['mul']):>7}")
+    return "\n".join(lines)
+
+
 def targets(rows: list[dict]) -> list[str]:
     """Issue 18's targets against the measured numbers (the layer targets only when --layers ran)."""
     out = []
@@ -223,20 +285,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Instructions per inference and per MAC, code, flash and RAM of each model on Cortex-M4 (QEMU).")
     p.add_argument("build_root", type=Path, nargs="?", default=Path("build/cortex-m4"))
     p.add_argument("--layers", action="store_true", help="also list each layer (first sample) and the residual adds' share")
+    p.add_argument("--mul", action="store_true", help="measure the int8 mul kernel alone (MUL_CASES); without --layers, only that")
     p.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = p.parse_args(argv)
+    rows, mul = [], []
     try:
-        builds = sorted(e.parent for e in args.build_root.glob("*/*.elf") if e.stem == e.parent.name)
-        if not builds:
-            raise KilnError(f"{args.build_root}: no model images (run `scons target=cortex-m4` first)")
-        rows = [bench_model(b, args.layers) for b in builds]
+        if args.layers or not args.mul:
+            builds = sorted(e.parent for e in args.build_root.glob("*/*.elf") if e.stem == e.parent.name)
+            if not builds:
+                raise KilnError(f"{args.build_root}: no model images (run `scons target=cortex-m4` first)")
+            rows = [bench_model(b, args.layers) for b in builds]
+        mul = bench_mul() if args.mul else []
     except KilnError as exc:
         print(f"kiln: error: {exc}", file=sys.stderr)
         return 1
-    print(render(rows))
+    print("\n\n".join(t for t in (render(rows) if rows else "", render_mul(mul) if mul else "") if t))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
-    return 0 if all(r["bit_exact"] == r["samples"] for r in rows) else 1
+        args.json.write_text(json.dumps({"models": rows, "mul": mul} if mul else rows, indent=1, sort_keys=True) + "\n")
+    return 0 if all(r["bit_exact"] == r["samples"] for r in rows) and all(r["bit_exact"] for r in mul) else 1
 
 
 if __name__ == "__main__":

@@ -24,11 +24,11 @@
 #define KILN_ASM_BLOCK static __attribute__((noinline, unused)) void
 #endif
 
-/* The scratch paths (inputs widened to int16 lanes in scratch, kiln_gemm.h and the depthwise strips) pay
- * only with the DSP's paired multiplies: without them the widening is extra work and the products are
- * the same MULs, so the portable builds (M0, M3, RISC-V) keep the direct int8 loops. The host tests
- * define KILN_SCRATCH_PATHS_ALWAYS to run the scratch paths' shared C (blocking, bounds, padding)
- * under the sanitizers too. */
+/* The scratch paths (inputs widened to int16 lanes in scratch, kiln_gemm.h and the depthwise strips) and
+ * kiln_mul_s8's lanes (binary.c) pay only with the DSP's paired instructions: without them the widening is
+ * extra work and the products are the same MULs, so the portable builds (M0, M3, RISC-V) keep the direct
+ * int8 loops. The host tests define KILN_SCRATCH_PATHS_ALWAYS to run the scratch paths' and the lanes'
+ * shared C (blocking, bounds, padding) under the sanitizers too. */
 #if defined(KILN_SIMD_DSP) || defined(KILN_SCRATCH_PATHS_ALWAYS)
 #define KILN_SCRATCH_PATHS 1
 #else
@@ -40,6 +40,13 @@
 #define KILN_NOINLINE __attribute__((noinline))
 #else
 #define KILN_NOINLINE
+#endif
+
+/* A function inlined into each caller, so the constant arguments of each call specialise its loops. */
+#if defined(__GNUC__)
+#define KILN_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define KILN_ALWAYS_INLINE static inline
 #endif
 
 /* The int8 output of a requantized value v: clamp to [lo - zp, hi - zp] (max
@@ -550,6 +557,128 @@ static inline int8_t kiln_clamp8(int32_t v, int32_t lo, int32_t hi)
 {
     v = v < lo ? lo : v;
     return (int8_t)(v > hi ? hi : v);
+}
+
+/* off + the even bytes of v (bytes 0 and 2), lane by lane modulo 2^16: SXTAB16. */
+static inline uint32_t kiln_lanes_even_add(uint32_t off, uint32_t v)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)__sxtab16((int16x2_t)off, (int8x4_t)v);
+#else
+    return kiln_pack16(kiln_lane_lo(off) + (int8_t)(v & 0xFFu), kiln_lane_hi(off) + (int8_t)(v >> 16 & 0xFFu));
+#endif
+}
+
+/* off + the odd bytes of v (bytes 1 and 3), lane by lane modulo 2^16: SXTAB16 with ROR #8. */
+static inline uint32_t kiln_lanes_odd_add(uint32_t off, uint32_t v)
+{
+#ifdef KILN_SIMD_DSP
+    uint32_t r;
+    __asm__("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(off), "r"(v));
+    return r;
+#else
+    return kiln_pack16(kiln_lane_lo(off) + (int8_t)(v >> 8 & 0xFFu), kiln_lane_hi(off) + (int8_t)(v >> 24));
+#endif
+}
+
+/* a + b lane by lane modulo 2^16: SADD16 (GE flags unused). */
+static inline uint32_t kiln_add16(uint32_t a, uint32_t b)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)__sadd16((int16x2_t)a, (int16x2_t)b);
+#else
+    return kiln_pack16(kiln_lane_lo(a) + kiln_lane_lo(b), kiln_lane_hi(a) + kiln_lane_hi(b));
+#endif
+}
+
+/* lo(a) * lo(b) (SMULBB) and hi(a) * hi(b) (SMULTT). */
+static inline int32_t kiln_smulbb(uint32_t a, uint32_t b)
+{
+#ifdef KILN_SIMD_DSP
+    int32_t r;
+    __asm__("smulbb %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#else
+    return kiln_lane_lo(a) * kiln_lane_lo(b);
+#endif
+}
+
+static inline int32_t kiln_smultt(uint32_t a, uint32_t b)
+{
+#ifdef KILN_SIMD_DSP
+    int32_t r;
+    __asm__("smultt %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#else
+    return kiln_lane_hi(a) * kiln_lane_hi(b);
+#endif
+}
+
+/* Both int16 lanes of v clamped to the int8 range: SSAT16. */
+static inline uint32_t kiln_sat8x2(uint32_t v)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)__ssat16((int16x2_t)v, 8);
+#else
+    const int32_t lo = kiln_lane_lo(v), hi = kiln_lane_hi(v);
+    return kiln_pack16(lo < -128 ? -128 : lo > 127 ? 127 : lo, hi < -128 ? -128 : hi > 127 ? 127 : hi);
+#endif
+}
+
+/* The int16 lanes (lo, hi) of two values each within int16 as one word: PKHBT. */
+static inline uint32_t kiln_pkhbt(int32_t lo, int32_t hi)
+{
+#ifdef KILN_SIMD_DSP
+    uint32_t r;
+    __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+    return r;
+#else
+    return kiln_pack16(lo, hi);
+#endif
+}
+
+/* The four int8 lanes of the int16 lanes e = (v0, v2) and o = (v1, v3), each in [-128, 127], as one
+ * word v0 v1 v2 v3 (little-endian): UXTB16, UXTB16, ORR with a shifted operand. */
+static inline uint32_t kiln_bytes4(uint32_t e, uint32_t o)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)__uxtb16((int8x4_t)e) | (uint32_t)__uxtb16((int8x4_t)o) << 8;
+#else
+    return (e & 0x00FF00FFu) | (o & 0x00FF00FFu) << 8;
+#endif
+}
+
+/* Each int8 lane of w raised to the one of lo4 (max): SSUB8 sets the GE flags of the bytes where its first
+ * operand is not below its second, SEL picks by them. */
+static inline uint32_t kiln_max8x4(uint32_t w, uint32_t lo4)
+{
+#ifdef KILN_SIMD_DSP
+    uint32_t t;
+    __asm__("ssub8 %1, %0, %2\n\t"
+            "sel %0, %0, %2"
+            : "+r"(w), "=&r"(t)
+            : "r"(lo4)
+            : "cc");
+    return w;
+#else
+    uint32_t r = 0;
+    int32_t k;
+    for (k = 0; k < 32; k += 8) {
+        const int8_t v = (int8_t)(w >> k & 0xFFu), lo = (int8_t)(lo4 >> k & 0xFFu);
+        r |= (uint32_t)(uint8_t)(v < lo ? lo : v) << k;
+    }
+    return r;
+#endif
+}
+
+/* w - d4 byte by byte modulo 2^8: USUB8 (GE flags unused). */
+static inline uint32_t kiln_sub8x4(uint32_t w, uint32_t d4)
+{
+#ifdef KILN_SIMD_DSP
+    return (uint32_t)__usub8((uint8x4_t)w, (uint8x4_t)d4);
+#else
+    return ((w | 0x80808080u) - (d4 & 0x7F7F7F7Fu)) ^ ((w ^ ~d4) & 0x80808080u);
+#endif
 }
 
 #endif /* KILN_SIMD_H */

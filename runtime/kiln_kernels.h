@@ -25,7 +25,7 @@
  * - broadcasting binary ops see 4-D shapes [d0][d1][d2][d3]; `a_s*`/`b_s*`
  *   are element strides of each input per output dimension (0 broadcasts);
  * - dtype-agnostic data movement kernels take `elem_size` in bytes;
- * - the int8 conv, depthwise and fully-connected kernels get `requant`, the
+ * - the int8 conv, depthwise, fully-connected and mul kernels get `requant`, the
  *   KILN_RQ_* facts the lower stage proved about the layer (0 claims
  *   nothing and is always correct);
  * - a kernel declared with a trailing `void *scratch` gets `scratch_bytes`
@@ -184,10 +184,12 @@ typedef struct {
 void kiln_add_table_s8(const kiln_add_table_s8_params_t *p, const int8_t *a, const int8_t *b, const int32_t *table,
                        int8_t *y);
 
-/* int8 mul: requantize((a + a_offset) * (b + b_offset)). */
+/* int8 mul: out_zp + requantize((a + a_offset) * (b + b_offset)), clamped to [act_min, act_max].
+ * `requant`: KILN_RQ_FAST (the shift and multiplier as the conv kernels' fact; every product of two
+ * offset int8 values lies within it) and KILN_RQ_FULL. */
 typedef struct {
     int32_t d0, d1, d2, d3, a_s0, a_s1, a_s2, a_s3, b_s0, b_s1, b_s2, b_s3;
-    int32_t a_offset, b_offset, out_mult, out_shift, out_zp, act_min, act_max;
+    int32_t a_offset, b_offset, out_mult, out_shift, out_zp, act_min, act_max, requant;
 } kiln_mul_s8_params_t;
 void kiln_mul_s8(const kiln_mul_s8_params_t *p, const int8_t *a, const int8_t *b, int8_t *y);
 

@@ -1,8 +1,9 @@
-"""The int8 conv, depthwise, matrix and table-add kernels on the Cortex-M4 (their DSP path) against the reference.
+"""The int8 conv, depthwise, matrix, table-add and mul kernels on the Cortex-M4 (their DSP path) against the reference.
 
 Seeded graphs of every kernel family (tests/test_kernels.py's BLOCK_CASES:
 conv, depthwise, fully connected, conv fused with a residual add, table add,
-requantization sweeps; plus the zoo's layer shapes) are lowered, planned and
+requantization sweeps, mul; plus the zoo's layer shapes and a mul on each of
+its lane paths) are lowered, planned and
 generated as separate models of one firmware image, some also lowered without
 scratch (the kernels' paths without it), run under QEMU mps2-an386 and
 compared bit for bit with the integer reference executor. The host tests run
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from kernel_harness import act, q, random_int8, single_node
-from test_kernels import BLOCK_CASES, _calibrate
+from test_kernels import BLOCK_CASES, MUL_PATH_CASES, _calibrate, mul_path, mul_path_case
 from kiln.codegen import generate
 from kiln.config import validate
 from kiln.host import model_prefix
@@ -116,6 +117,7 @@ def all_cases() -> list[tuple[str, Graph, dict[str, np.ndarray], int]]:
     cases += [(f"fc_few_{i}", *fc_few_case(np.random.default_rng([i, 67]), *shape), limit) for i, shape in enumerate(FC_FEW)]
     cases += [(f"narrow_add_{i}", *narrow_add_case(np.random.default_rng(66), b_shape), limit)
               for i, b_shape in enumerate([(3, 11), (1, 11)])]
+    cases += [(f"mul_path_{i}", *mul_path_case(np.random.default_rng([i, 68]), *case), limit) for i, case in enumerate(MUL_PATH_CASES)]
     return cases
 
 
@@ -148,6 +150,8 @@ def kernel_path(node) -> str:
         return f"fully connected few inputs, {'assembly' if asm else 'C'}{uniform}"
     if kernel == "kiln_add_table_s8":
         return "table add, SSAT shift" if p["out_shift"] in TABLE_ADD_SHIFTS else "table add, ASR"
+    if kernel == "kiln_mul_s8":
+        return mul_path(node)
     if kernel not in ("kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_conv2d_add_s8", "kiln_depthwise_conv2d_s8"):
         return kernel
     if not p["scratch_bytes"]:
@@ -180,6 +184,10 @@ def test_every_kernel_family_and_path_is_covered(image):
             assert any(p.startswith(f"{kernel} rows, k % 4 = {rest}") for p in paths), (kernel, rest)
         assert {f"{kernel} rows, k % 4 = 0, even groups", f"{kernel} rows, k % 4 = 0, odd groups"} <= paths
     assert any(p.startswith("kiln_conv2d_add_s8 rows") for p in paths)
+    mul = {f"mul {kind}, {clamp}, {'no lanes' if clamp == 'below zero' else 'lanes'}, rest {rest}"
+           for kind, clamp, rest in MUL_PATH_CASES} | {"mul general"}
+    assert mul <= paths, sorted(mul - paths)
+    assert any(p.startswith("mul ") and "no lanes" in p for p in paths), paths
 
 
 def test_dsp_kernels_match_reference(image):

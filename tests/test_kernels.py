@@ -426,6 +426,82 @@ def requant_sweep_case(rng):
     return g, {"x": x}
 
 
+MUL_SHIFTS = (-24, -23, -22, -12, -7, -2, -1, 0, 1, 3, 14)  # the fast requantization's edges and past them both ways
+
+
+def _mul_shapes(rng) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Operand shapes of kiln_mul_s8's rows: one shape (1 value, fewer than 4, odd, long), a map times a
+    per-channel vector or a scalar (either operand first), or any broadcast."""
+    kind = int(rng.integers(5))
+    if kind == 0:
+        rank = int(rng.integers(1, 4, endpoint=True))
+        shape = tuple(int(d) for d in rng.integers(1, 7, rank, endpoint=True))
+        shape = shape if rng.random() < 0.7 else (int(rng.choice([1, 2, 3, 5, 37, 61, 64])),)
+        return shape, shape
+    if kind in (1, 2):
+        c = int(rng.choice([1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 19]))
+        m = (int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 5)), c)
+        small = (c,) if kind == 1 and rng.random() < 0.5 else (1, 1, 1, c) if kind == 1 else (1,)
+        return (m, small) if rng.random() < 0.5 else (small, m)
+    if kind == 3:
+        return (int(rng.integers(1, 40)),), (1,)
+    return _broadcast_shapes(rng)
+
+
+def mul_case(rng):
+    """An int8 mul over _mul_shapes with random zero points (int8's ends included) and activation range: half
+    with the output calibrated to the product's range, half with a multiplier of a random right or left shift
+    (MUL_SHIFTS: KILN_RQ_FAST's ends, just past them, multipliers above 1), some an exact power of two."""
+    sa, sb = _mul_shapes(rng)
+    out = tuple(int(d) for d in np.broadcast_shapes(sa, sb))
+    a, b = _qact(rng, "a", sa, "int8"), _qact(rng, "b", sb, "int8")
+    g = single_node("mul", [a, b], [_qact(rng, "y", out, "int8")], _act_attrs(rng))
+    feeds = {"a": random_int8(rng, sa), "b": random_int8(rng, sb)}
+    if rng.random() < 0.5:
+        _calibrate(rng, g, feeds)
+    else:
+        shift = int(rng.choice(MUL_SHIFTS))
+        real = 2.0 ** (shift - 1) * (1.0 if rng.random() < 0.25 else float(rng.uniform(1.0, 2.0)))
+        y = g.tensors["y"]
+        g.tensors["y"] = y.copy(quant=q(a.quant.scale[0] * b.quant.scale[0] / real, y.quant.zero_point[0]))
+    return g, feeds
+
+
+MUL_KINDS = ("rows", "channel", "scalar", "scalar first")
+MUL_CLAMPS = {"full": None, "relu": (0.0, math.inf), "both": (-1.0, 1.0), "below zero": (-3.0, -0.5)}
+MUL_PATH_CASES = [(kind, clamp, rest) for kind in MUL_KINDS for clamp in MUL_CLAMPS for rest in range(4)
+                  if (rest + MUL_KINDS.index(kind) + list(MUL_CLAMPS).index(clamp)) % 2 == 0]
+
+
+def mul_path_case(rng, kind: str, clamp: str, rest: int):
+    """An int8 mul with KILN_RQ_FAST that takes one path of kiln_mul_s8: rows of one shape, a map times a
+    per-channel vector, a map times a scalar (either first), each over the whole int8 range (KILN_RQ_FULL),
+    with a ReLU (lower bound only), clamped on both sides, or below zero (one value at a time: the lanes
+    fold the upper bound into the zero point only up from zero), rows of 4k + rest values."""
+    n = 4 * int(rng.integers(1, 6)) + rest
+    m = (1, int(rng.integers(2, 4)), int(rng.integers(1, 4)), n)
+    sa, sb = {"rows": ((n,), (n,)), "channel": (m, (n,)), "scalar": ((n,), (1,)), "scalar first": ((1,), (1, n))}[kind]
+    a = act("a", sa, q(float(rng.uniform(0.02, 0.1)), _zp(rng)))
+    b = act("b", sb, q(float(rng.uniform(0.002, 0.02)), _zp(rng)))
+    out = tuple(int(d) for d in np.broadcast_shapes(sa, sb))
+    bounds = MUL_CLAMPS[clamp]
+    attrs = {} if bounds is None else {"act_min": bounds[0], "act_max": bounds[1]}
+    y = act("y", out, q(0.01, -20 if clamp == "relu" else int(rng.integers(-10, 10))))
+    return single_node("mul", [a, b], [y], attrs), {"a": random_int8(rng, sa), "b": random_int8(rng, sb)}
+
+
+def mul_path(node) -> str:
+    """Which path of kiln_mul_s8 (firmware_stubs/binary.c) a call takes, from its parameters."""
+    p = dict(zip(node.attrs["param_names"], node.attrs["params"]))
+    if not p["requant"] & KILN_RQ_FAST:
+        return "mul general"
+    rows = "scalar first" if p["a_s3"] == 0 else "scalar" if p["b_s3"] == 0 else "channel" if p["b_s2"] == 0 and p["d2"] > 1 else "rows"
+    clamp = ("full" if p["requant"] & KILN_RQ_FULL else "relu" if p["act_max"] == 127
+             else "both" if p["act_max"] >= p["out_zp"] else "below zero")
+    lanes = p["d3"] >= 4 and clamp != "below zero"
+    return f"mul {rows}, {clamp}, {'lanes' if lanes else 'no lanes'}, rest {p['d3'] % 4}"
+
+
 # Shapes that reach every blocked path of the int8 conv/depthwise/matrix kernels: channel counts
 # with every remainder modulo 4 and 8 (the SIMD widths), rows longer than 8, odd output widths,
 # windows partly in the padding on every side, strides and dilations, windows of up to 7x7 taps. tests/test_cortex_m_kernels.py
@@ -442,6 +518,7 @@ BLOCK_CASES = {
     "residual": residual_case,
     "table_add": table_add_case,
     "requant_sweep": requant_sweep_case,
+    "mul": mul_case,
 }
 
 
@@ -545,6 +622,24 @@ def test_few_input_fully_connected_cases_reach_every_instance(lib):
     assert {("cols % 4", r) for r in range(4)} | {("rows > 1", True)} <= seen, seen
     full, uniform = KILN_RQ_FAST | KILN_RQ_FULL, KILN_RQ_FAST | KILN_RQ_FULL | KILN_RQ_UNIFORM
     assert {("facts", full), ("facts", uniform)} <= seen and any(f & KILN_RQ_FULL == 0 for t, f in seen if t == "facts"), seen
+
+
+def test_mul_paths_match_reference_and_are_each_reached(lib, scratch_lib):
+    """kiln_mul_s8's lanes (the DSP builds' path; scratch_lib runs its C) and its loop of one value at a time
+    (lib) on every row kind and clamp with each remainder of 4, bit-exact; the random cases add rows shorter
+    than 4 and the general requantization (shifts past KILN_RQ_FAST's ends, multipliers above 1)."""
+    seen = set()
+    for i, case in enumerate(MUL_PATH_CASES):
+        graph, feeds = mul_path_case(np.random.default_rng([i, 17]), *case)
+        for library in (lib, scratch_lib):
+            seen.add(mul_path(check_case(library, graph, feeds, i).nodes[0]))
+    for seed in range(36):  # the blocked cases' seeds (run there), whatever KILN_KERNEL_CASES says
+        graph, _ = mul_case(np.random.default_rng([seed, 16]))
+        seen.add(mul_path(lower(graph, CONFIG).nodes[0]))
+    lanes = {f"mul {kind}, {clamp}, {'no lanes' if clamp == 'below zero' else 'lanes'}, rest {rest}" for kind, clamp, rest in MUL_PATH_CASES}
+    assert lanes | {"mul general"} <= seen, sorted((lanes | {"mul general"}) - seen)
+    assert {kind for kind in MUL_KINDS if any(p.startswith(f"mul {kind},") and "rest 0" not in p for p in seen)} == set(MUL_KINDS)
+    assert any("no lanes" in p for p in seen), seen
 
 
 def _fc_fast(in_features: int, fast: bool) -> Graph:

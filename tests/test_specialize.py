@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from kernel_harness import STUBS, model_requantize
 from kiln import host
 from kiln.lower.specialize import (KILN_RQ_FAST, KILN_RQ_FULL, KILN_RQ_UNIFORM, add_table, depthwise_scratch, gemm_scratch,
-                                   requant_facts, uniform_fact)
+                                   mul_facts, requant_facts, uniform_fact)
 from kiln.numerics.fixedpoint import clamp, requantize, wrap_int32
 from kiln.numerics.params import add_params
 
@@ -109,6 +109,17 @@ def test_requant_facts_hold_exactly_to_their_bounds():
     assert not requant_facts(np.array([0, 0]), w, 0, np.array([2**30, 0]), shift, -128, 127) & KILN_RQ_FAST
     depthwise = np.full((1, 3, 3, 2), 127, np.int8)  # channels along the last axis
     assert requant_facts(np.array([ACC - 1 - 128 * 9 * 127] * 2), depthwise, 3, mult, shift, -128, 127) & KILN_RQ_FAST
+
+
+def test_mul_facts_hold_exactly_to_their_bounds():
+    """KILN_RQ_FAST for shifts -23..-1 with a positive multiplier and the offsets and zero point of int8
+    parameters (|x + offset| <= 255: the kernel's int16 lanes and results stay in range); FULL as for layers."""
+    assert mul_facts(2**30, -23, 128, -127, 127, -128, 127) == KILN_RQ_FAST | KILN_RQ_FULL
+    assert mul_facts(2**30, -1, -127, 128, -128, -128, 126) == KILN_RQ_FAST
+    for mult, shift in ((2**30, -24), (2**30, 0), (2**30, 3), (0, -5)):
+        assert mul_facts(mult, shift, 0, 0, 0, -128, 127) == KILN_RQ_FULL
+    for a_off, b_off, zp in ((129, 0, 0), (0, -128, 0), (0, 0, 128), (0, 0, -129)):
+        assert mul_facts(2**30, -5, a_off, b_off, zp, -128, 127) == KILN_RQ_FULL
 
 
 ADD_CASES = [((0.02, 5), (0.03, -7), (0.05, 3)), ((0.011, -128), (0.011, -128), (0.02, -128)),

@@ -57,7 +57,7 @@ _TABLE: list[tuple[str, tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]
     ("kiln_batch_matmul_f32", _f("batches m k n act_min_bits act_max_bits"), ((_F32, _F32), (_F32,))),
     *[(f"kiln_{op}_s8", _BCAST + _f("a_offset a_mult a_shift b_offset b_mult b_shift left_shift out_mult out_shift out_zp act_min act_max"), ((_S8, _S8), (_S8,))) for op in ("add", "sub")],
     ("kiln_add_table_s8", _f("size out_mult out_round out_shift act_min act_max"), ((_S8, _S8, _S32), (_S8,))),
-    ("kiln_mul_s8", _BCAST + _f("a_offset b_offset out_mult out_shift out_zp act_min act_max"), ((_S8, _S8), (_S8,))),
+    ("kiln_mul_s8", _BCAST + _f("a_offset b_offset out_mult out_shift out_zp act_min act_max requant"), ((_S8, _S8), (_S8,))),
     *[(f"kiln_{op}_f32", _BCAST + _f("act_min_bits act_max_bits"), ((_F32, _F32), (_F32,))) for op in ("add", "sub", "mul", "div", "maximum", "minimum")],
     *[(f"kiln_{op}_s8", _BCAST, ((_S8, _S8), (_S8,))) for op in ("maximum", "minimum")],
     *[(f"kiln_{op}_s8", _POOL + _f("act_min act_max"), ((_S8,), (_S8,))) for op in ("max_pool2d", "avg_pool2d")],

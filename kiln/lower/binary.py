@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kiln.ir.graph import Node
 from kiln.lower.common import Site, Unsupported, qparams
-from kiln.lower.specialize import add_table
+from kiln.lower.specialize import add_table, mul_facts
 from kiln.numerics.params import add_params, mul_multiplier
 
 MAX_RANK = 4
@@ -54,8 +54,10 @@ def lower_binary(site: Site) -> list[Node]:
         return [site.call(f"kiln_{op}_s8", [a.name, b.name], **geo)]
     if op == "mul":
         mult, shift = mul_multiplier(qa[0], qb[0], qy[0])
+        act = site.act_range()
+        facts = mul_facts(mult, shift, -qa[1], -qb[1], qy[1], act["act_min"], act["act_max"])
         return [site.call("kiln_mul_s8", [a.name, b.name], **geo, a_offset=-qa[1], b_offset=-qb[1], out_mult=mult, out_shift=shift,
-                          out_zp=qy[1], **site.act_range())]
+                          out_zp=qy[1], **act, requant=facts)]
     if op not in ("add", "sub"):
         raise Unsupported(f"no int8 kernel for {op}")
     p = add_params(qa, qb, qy)

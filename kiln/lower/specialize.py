@@ -8,6 +8,10 @@
   FULL holds when the activation range is the whole int8 range. UNIFORM
   (given to fully connected layers) holds when every channel shares one
   multiplier and shift, so the kernel loads them once.
+- `mul_facts`: the same bits for kiln_mul_s8, whose accumulator is one
+  product of two offset int8 values: FAST needs only the shift and multiplier
+  (and offsets and zero point of int8 parameters, which keep the kernel's
+  int16 lanes and results in range).
 - `*_scratch`: the arena bytes a kernel's scratch path needs, the formulas
   stated with each kernel in the header; 0 when that exceeds
   `kernels.scratch_limit`, so the kernel takes its path without scratch.
@@ -40,6 +44,13 @@ def requant_facts(bias: np.ndarray, weights: np.ndarray, channel_axis: int, mult
     fast = bool(np.all(bound < ACC_BOUND) and np.all(mult > 0) and all(int(s) in FAST_SHIFTS for s in shift))
     full = act_min == -128 and act_max == 127
     return (KILN_RQ_FAST if fast else 0) | (KILN_RQ_FULL if full else 0)
+
+
+def mul_facts(mult: int, shift: int, a_offset: int, b_offset: int, out_zp: int, act_min: int, act_max: int) -> int:
+    """KILN_RQ_FAST/FULL of an int8 mul: |(x + offset)| <= 255 for int8 x, so |product| < 2^16 < ACC_BOUND."""
+    int8_params = all(-127 <= off <= 128 for off in (a_offset, b_offset)) and -128 <= out_zp <= 127
+    fast = int8_params and mult > 0 and shift in FAST_SHIFTS
+    return (KILN_RQ_FAST if fast else 0) | (KILN_RQ_FULL if act_min == -128 and act_max == 127 else 0)
 
 
 def uniform_fact(mult: np.ndarray, shift: np.ndarray) -> int:
