@@ -212,6 +212,11 @@ def overwrites(g: Graph, plain: Option, grain: int, budget: int, align: int, mem
     return p
 
 
+def over_inputs(g: Graph, plain: Option, budget: int, align: int, memo: dict | None = None) -> list[Option]:
+    """`overwrites` at every piece grain: the candidates of `plain` with layers run over their input."""
+    return [o for grain in overwrite.GRAINS for o in [overwrites(g, plain, grain, budget, align, memo)] if o]
+
+
 def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
             only: tuple[int, tuple[int, int]] | None = None, budget: int | None = None) -> list[Option]:
     """Every candidate over the scratch levels, cheapest first: layer by layer, then each tiling of the leading run
@@ -237,7 +242,7 @@ def options(g: Graph, config: dict, levels: tuple[str, ...] = LEVELS,
         found += [evaluate(shrunk, base, t, scratch, level, fast, untiled) for t in runs]
         if budget is not None and not only:
             plain = evaluate(shrunk, base, None, scratch, level, fast, untiled)
-            found += [o for grain in overwrite.GRAINS for o in [overwrites(shrunk, plain, grain, budget, align)] if o]
+            found += over_inputs(shrunk, plain, budget, align)
     return sorted(found, key=lambda p: (p.rank, p.tiling.stop if p.tiling else 0, p.tiling.grid if p.tiling else (1, 1),
                                         p.tiling is not None and p.tiling.shift is not None))
 
@@ -287,8 +292,7 @@ def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, Option |
             break
         if run_floor(p, align) > budget or run_peak(measure(p, align)) > budget:
             continue
-        found = [o for grain in overwrite.GRAINS for o in [overwrites(p.graph, p, grain, budget, align, memo)]
-                 if o and o.bound <= budget]
+        found = [o for o in over_inputs(p.graph, p, budget, align, memo) if o.bound <= budget]
         for o in sorted(found, key=lambda o: o.rank):
             if best is None or o.rank < best.rank:
                 tried += 1
@@ -296,8 +300,7 @@ def search(g: Graph, config: dict, budget: int) -> tuple[Option | None, Option |
                     best = o
     if best is not None:
         return best, best
-    both = [o for p in lowest_runs(tiled, align) for grain in overwrite.GRAINS
-            for o in [overwrites(p.graph, p, grain, budget, align, memo)] if o]
+    both = [o for p in lowest_runs(tiled, align) for o in over_inputs(p.graph, p, budget, align, memo)]
     least = smallest(sorted(plans + both, key=lambda p: p.rank), align, outside)  # the error reports its arena
     return (least if least is not None and least.size <= budget else None), least
 
@@ -519,7 +522,7 @@ def frontier(graph: Graph, config: dict) -> list[tuple[int, int, int, int, str]]
             continue
         found = [measure(p, align)]
         if tiled and p.bound > run_peak(p):
-            found += [o for grain in overwrite.GRAINS for o in [overwrites(p.graph, p, grain, run_peak(p), align, memo)] if o]
+            found += over_inputs(p.graph, p, run_peak(p), align, memo)
         for o in sorted(found, key=lambda o: (o.rank[0], o.bound)):
             if lowest is None or o.bound < lowest:
                 kept.append(o)
