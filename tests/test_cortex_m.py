@@ -362,7 +362,11 @@ def test_model_matches_host_program_and_reference(name, tmp_path):
         for g, hh, ww in zip(got, h, w):
             assert g.tobytes() == hh.tobytes() == np.ascontiguousarray(ww, g.dtype).tobytes()
     assert all(i > 0 for i in run.instructions)
-    assert qemu.run_firmware(elf, planned, samples[:3]).instructions == run.instructions[:3]
+    # SysTick counts whole ticks (40 instructions on the AN386): the phase at which an invoke starts depends on
+    # how the harness's semihosting reads of stdin were split, so a count repeats to within one tick.
+    tick = qemu.image_target(elf).instructions_per_tick
+    again = qemu.run_firmware(elf, planned, samples[:3]).instructions
+    assert all(abs(a - b) <= tick for a, b in zip(again, run.instructions[:3])), (again, run.instructions[:3])
 
     report = size.size_report(elf)
     assert report.arena == max(1, int(planned.meta["arena_size"]))
