@@ -6,7 +6,7 @@ import sys
 from typing import Callable
 
 # Third-party packages only some sources need, and the pip requirement (an extra) that brings each one.
-EXTRAS = {"torch": "kiln[torch]", "tflite_micro": "kiln[tflite]"}
+EXTRAS = {"torch": "kiln-mcu[torch]", "tflite_micro": "kiln-mcu[tflite]"}
 
 
 class KilnError(Exception):
@@ -22,7 +22,7 @@ def node_context(index: int, name: str, op: str, source: str = "") -> str:
 def missing_package(exc: ModuleNotFoundError) -> str:
     """The one-line error for a third-party package this Python lacks: which one, and which Python to install into."""
     top = (exc.name or "").split(".")[0]
-    requirement = EXTRAS.get(top, "kiln")
+    requirement = EXTRAS.get(top, "kiln-mcu")
     return (f"{sys.executable} has no Python package {top!r}, which Kiln needs here: install it into that Python "
             f"({sys.executable} -m pip install '{requirement}'), or set KILN_PYTHON to a Python that has it")
 

@@ -29,6 +29,8 @@ want="$(cat "$root/requirements.txt" "$root/pyproject.toml" | sha256sum | cut -d
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q -r "$root/requirements.txt"
+  # An environment made before the distribution was named kiln-mcu holds this checkout as `kiln` too.
+  "$venv/bin/python" -m pip uninstall -q -y kiln 2>/dev/null || true
   "$venv/bin/python" -m pip install -q --no-deps -e "$root"
   # The wheels of Kiln's runtime dependencies (pyproject.toml) at the pinned versions: tests/test_package.py
   # installs the built Kiln wheel into a fresh virtual environment from them, without the network.

@@ -48,7 +48,7 @@ def wheel(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     source = copy_repo(tmp / "source", ())
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", source])
-    return next((tmp / "dist").glob("kiln-*.whl"))
+    return next((tmp / "dist").glob("kiln_mcu-*.whl"))
 
 
 @pytest.fixture(scope="module")
@@ -133,14 +133,14 @@ def test_installed_kiln_builds_a_firmware_repo_with_plain_scons(venv, tmp_path, 
 
 
 def test_a_missing_extra_is_one_line_naming_the_python_to_install_into(venv, tmp_path):
-    """The wheel without `kiln[torch]`: a model.py source fails in one line that says what to install, and where."""
+    """The wheel without `kiln-mcu[torch]`: a model.py source fails in one line that says what to install, and where."""
     repo = firmware_repo(tmp_path / "firmware", hostile=False)
     shutil.copytree(ROOT / "examples/external_repo/models/gesture", repo / "models/gesture_torch")
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "KILN_WORKERS": "0"}
     proc = run([venv / "bin/scons", "-Q", "gesture_torch-import"], cwd=repo, env=env, check=False)
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("kiln: error:")]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
-    assert len(errors) == 1 and f"{venv}/bin/python" in errors[0] and "pip install 'kiln[torch]'" in errors[0], errors
+    assert len(errors) == 1 and f"{venv}/bin/python" in errors[0] and "pip install 'kiln-mcu[torch]'" in errors[0], errors
 
 
 # -- the SCons process: the standard library, SCons and the registry --------------------------------
