@@ -55,7 +55,6 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write an int8 stage (quantized.kir) as a .tflite file, for Netron or TFLite Micro")
     e.add_argument("file", type=Path, help="a quantized.kir (or a .kir of the same form)")
     e.add_argument("-o", "--output", type=Path, required=True, help="the .tflite file to write")
-    e.add_argument("--mean", action="store_true", help="write global average pools as MEAN instead of AVERAGE_POOL_2D")
     e.set_defaults(func=_cmd_export)
 
     r = sub.add_parser("run", help="compile a `kiln compile` output folder for the host and run it")
@@ -179,7 +178,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise KilnError(f"{args.output}: kiln export writes .tflite files")
     graph = load(args.file)
     try:
-        exported = to_tflite(graph, mean=args.mean)
+        exported = to_tflite(graph)
     except NotExportable as exc:
         raise KilnError(f"{args.file}: cannot be written as TFLite exactly: {exc}") from None
     write_atomic(args.output, exported.model)
