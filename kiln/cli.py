@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--samples", type=int, default=8, help="how many of the calibration samples each build keeps to compare on")
     b.set_defaults(func=_cmd_build_report)
 
+    d = sub.add_parser("doc", help="print a reference page that ships with Kiln (model-toml: every model.toml key)")
+    d.add_argument("page", choices=["model-toml"])
+    d.set_defaults(func=_cmd_doc)
+
     t = sub.add_parser("scons-tools", help="print the folder of Kiln's SCons tools (for toolpath=[...]); fails when this "
                        "Python lacks a package Kiln needs")
     t.set_defaults(func=_cmd_scons_tools)
@@ -237,6 +241,13 @@ def _cmd_new(args: argparse.Namespace) -> int:
 
     folder = new_model(args.name, args.source, args.models_dir)
     print(f"kiln: created {folder} (edit its model.toml, then `scons {args.name}`)", file=sys.stderr)
+    return 0
+
+
+def _cmd_doc(args: argparse.Namespace) -> int:
+    from kiln.model_toml_doc import render
+
+    sys.stdout.write(render())
     return 0
 
 

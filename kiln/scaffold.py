@@ -47,7 +47,7 @@ def new_model(name: str, source: Path, models_dir: Path) -> Path:
 def model_toml(name: str, source: str, inputs: list[tuple[str, list[Any]]]) -> str:
     """The commented model.toml of a new model: `[model] source` set, every other key at its default."""
     lines = [f"# {name}: compiled by Kiln. Every key below is optional; the commented values are the defaults.",
-             "# The reference of every key: docs/model-toml.md."]
+             "# The reference of every key: `kiln doc model-toml`."]
     for table, keys in config_schema().items():
         lines += ["", f"# Read by {_readers(table)}."]
         if table == "inputs":
