@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
     c.add_argument("--calibration", type=Path, action="append", help="calibration samples (.npy/.npz): [N, *input_shape] or [N, *input_shape[1:]]")
     c.add_argument("-o", "--output", type=Path, required=True, help="output folder")
+    c.add_argument("--name", help="the model's name: its generated files and C symbols (default: the source's name; "
+                   "a model.* source or a folder takes the folder's name, as the build does)")
     c.set_defaults(func=_cmd_compile)
 
     x = sub.add_parser("plan", help="plans of a model under plan.budget: --explore prints the frontier of arena bytes "
@@ -107,17 +109,22 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
-def resolve_source(source: Path, config_path: Path | None) -> tuple[str, Path, dict[str, Any]]:
-    """Model name, model folder and validated config for a `kiln compile` source."""
-    if source.is_dir():
-        model_dir, name = source, source.resolve().name
-        config_path = config_path or model_dir / "model.toml"
-        cfg = model_config.load(config_path)
-        return name, model_dir, cfg
+def resolve_source(source: Path, config_path: Path | None, name: str | None = None) -> tuple[str, Path, dict[str, Any]]:
+    """Model name, model folder and validated config for a `kiln compile` source.
+
+    The name is `name` when given, else what the build calls the model: a folder, or a source named
+    `model.*` (models/kws/model.onnx), takes the folder's name; any other file its own stem. It names
+    files and C symbols, so it is checked as a model folder's name is.
+    """
     if not source.exists():
         raise KilnError(f"{source}: no such file or folder")
-    model_dir = source.parent
-    name = model_dir.resolve().name if source.suffix == ".py" else source.stem
+    model_dir = source if source.is_dir() else source.parent
+    where = "--name" if name is not None else str(source)
+    if name is None:
+        name = model_dir.resolve().name if source.is_dir() or source.stem == "model" else source.stem
+    model_config.check_model_name(name, where)
+    if source.is_dir():
+        return name, model_dir, model_config.load(config_path or model_dir / "model.toml")
     if config_path is None and (model_dir / "model.toml").exists():
         config_path = model_dir / "model.toml"
     cfg = model_config.load(config_path) if config_path else model_config.validate({}, str(source))
@@ -128,7 +135,7 @@ def resolve_source(source: Path, config_path: Path | None) -> tuple[str, Path, d
 def _cmd_compile(args: argparse.Namespace) -> int:
     from kiln.runner import run_stage
 
-    name, model_dir, cfg = resolve_source(args.source, args.config)
+    name, model_dir, cfg = resolve_source(args.source, args.config, args.name)
     if args.calibration:
         cfg["quant"]["calibration"] = [str(p.resolve()) for p in args.calibration]
     args.output.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ quantization step.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +21,12 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
+from conftest import ROOT
 from qdq_oracle import reference_run
 from onnx_models import FLOAT, OP_CASES, Case, export_torch_model, gelu_erf_model, gelu_tanh_model, make_model, quantize_qdq, shape_subgraph_model, silu_model, small_cnn
 from kiln.errors import KilnError
 from kiln.frontends.onnx import import_onnx
+from kiln.frontends.onnx.handlers import HANDLERS
 from kiln.ir.graph import DTYPES, Graph
 from kiln.ir.serialize import dumps
 from kiln.reference.executor import FLOAT_IMPLS, run
@@ -366,3 +369,12 @@ def test_unsupported_qdq_patterns(kind: str, message: str, tmp_path: Path) -> No
     path = _save(_qdq_model(nodes, outputs, consts), tmp_path / "m.onnx")
     with pytest.raises(KilnError, match=message):
         import_onnx(path, "m", {})
+
+
+def test_the_documented_operator_list_is_the_handler_table() -> None:
+    """docs/models.md lists every op type the importer maps, once, and no other: a handler added or removed
+    without the page fails here."""
+    page = (ROOT / "docs/models.md").read_text()
+    section = page.split("\n## What the ONNX frontend supports\n", 1)[1].split("\n## ", 1)[0]
+    listed = [name for line in section.splitlines() if line.startswith("| `") for name in re.findall(r"`(\w+)`", line.split(" | ")[0])]
+    assert len(listed) == len(set(listed)) and sorted(listed) == sorted(HANDLERS)
