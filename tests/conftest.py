@@ -69,3 +69,20 @@ def calibration(compiled):
     from kiln.quantize.kept import load_samples
 
     return lambda model: load_samples(compiled(model)).inputs
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """Kiln's wheel, built once per test session (xdist workers share it) from a copy of the project (setuptools
+    writes build folders where it builds)."""
+    from model_builds import _locked, shared_root
+
+    folder = shared_root(tmp_path_factory.getbasetemp(), "kiln-wheel")
+    with _locked(folder) as done:
+        if not done:
+            source = copy_repo(folder / "source", ())
+            proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                                   str(folder / "dist"), str(source)], capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+    (built,) = (folder / "dist").glob("*.whl")
+    return built

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, copy_repo
+from conftest import ROOT
 from scons_matrix import add_onnx_model, parse_actions
 from kiln.check import reference_outputs
 from kiln.ir import load
@@ -40,15 +40,6 @@ def run(cmd: list, cwd: Path | None = None, env: dict | None = None, check: bool
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """The wheel, built from a copy of the project (setuptools writes build folders where it builds)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    source = copy_repo(tmp / "source", ())
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", source])
-    return next((tmp / "dist").glob("kiln_mcu-*.whl"))
 
 
 @pytest.fixture(scope="module")
