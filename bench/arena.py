@@ -9,7 +9,7 @@ object, compiled with `arm-none-eabi-gcc -Os -mcpu=cortex-m4 -mthumb` (or the
 host `gcc -Os` when the cross compiler is missing; the row says which).
 
     python bench/arena.py [MODEL...] [--build-root DIR] [--json FILE]
-    python bench/arena.py --budgets [--json FILE]    # plan.budget targets (issue 19's table)
+    python bench/arena.py --budgets [MODEL...] [--json FILE]    # plan.budget targets (issue 19's table)
     python bench/arena.py --frontier MODEL           # arena bytes against recomputed MACs
 
 `--budgets` plans each model with `io_in_arena = true` under the budgets in
@@ -146,9 +146,15 @@ def m4_instructions(plans: dict[str, object], quantized, out: Path) -> dict[str,
     return counts
 
 
-def budget_rows(tmp: Path) -> list[dict]:
+def budget_rows(tmp: Path, models: list[str]) -> list[dict]:
+    """The budget table's rows for `models` (every model of BUDGETS when empty)."""
+    unknown = [m for m in models if m not in BUDGETS]
+    if unknown:
+        raise KilnError(f"no budgets for {', '.join(unknown)} (models with budgets: {', '.join(BUDGETS)})")
     rows = []
     for model, (budgets, overrides) in BUDGETS.items():
+        if models and model not in models:
+            continue
         build = tmp / model
         build.mkdir()
         compile_model(model, build, overrides)
@@ -221,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.budgets:
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                rows = budget_rows(Path(tmp))
+                rows = budget_rows(Path(tmp), args.models)
             except KilnError as exc:
                 print(f"arena: error: {exc}", file=sys.stderr)
                 return 1
