@@ -25,20 +25,30 @@ What a runner replaces, and how (`Command.shell`):
   `samples.bin`, `path/to/kws.onnx`) is made by the runner, under that name, from the zoo or a build, before
   the command runs; `out/` is what `kiln compile` writes.
 
-A runner is a function registered with `@runs(pattern, ...)`: it gets the documented commands its patterns
-match (whole-command regular expressions), in the order the docs show them, runs them as `bash -c` would (in
-a fresh project: `tests/test_docs.py`), and asserts their exit status and a meaningful part of their output.
-Every documented command must match exactly one runner, and every runner some command: a new command in the
-docs fails the tests until a runner comes with it.
+A runner is a function registered with `@runs(pattern, ...)` in one of tests/doc_runners_*.py: it gets the
+documented commands its patterns match (whole-command regular expressions), in the order the docs show them,
+runs them with bash (`Docs.run`, in a fresh project) and asserts their exit status and a meaningful part of
+their output. Every documented command must match exactly one runner, and every runner some command
+(tests/test_docs.py): a new command in the docs fails the tests until a runner comes with it.
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 from conftest import ROOT
+from scons_matrix import clone_snapshot, fresh_clone, parse_actions, shared_snapshot
+from kiln.stages import STAGES
+
+STAGE_NAMES = [s.name for s in STAGES]
 
 COMMAND_BLOCKS = ("sh", "bash", "shell")
 # A plain-block line without `$ ` that starts like a command (output lines such as `kiln: error: ...`,
@@ -179,3 +189,73 @@ def commands(root: Path = ROOT) -> list[Command]:
 def unmarked_lines(root: Path = ROOT) -> list[str]:
     return [f"{path.relative_to(root)}:{first + offset}: {line}" for path in doc_files(root)
             for language, first, lines in blocks(path.read_text()) for offset, line in unmarked(language, lines)]
+
+
+# -- what runners share -----------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    stdout: str
+    stderr: str
+
+    @property
+    def log(self) -> str:
+        return self.stdout + self.stderr
+
+    @property
+    def actions(self) -> set[str]:
+        return parse_actions(self.log)[0]
+
+
+class Docs:
+    """What runners share. A fresh project is a clone of the snapshot (tests/scons_matrix.py: tiny_cnn and onnx_cnn,
+    built for the host once per session) with `.venv` (and `.venv-tf`) linking to the test environment; commands
+    that need no project run in an empty folder. `kiln`, `scons` and `python` are the test environment's."""
+
+    def __init__(self, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+        self.tmp, self.request = tmp_path, request
+
+    def fixture(self, name: str):
+        """A fixture (pytest's or conftest.py's), set up when a runner first asks for it."""
+        return self.request.getfixturevalue(name)
+
+    def project(self, name: str = "project") -> Path:
+        """A clone of the built snapshot: SCons sees it up to date."""
+        return self._link_environment(clone_snapshot(shared_snapshot(self.fixture("tmp_path_factory")), self.tmp / name))
+
+    def sources(self, name: str = "sources") -> Path:
+        """The snapshot's sources only, as a fresh clone has them: nothing built."""
+        return self._link_environment(fresh_clone(shared_snapshot(self.fixture("tmp_path_factory")), self.tmp / name))
+
+    def folder(self, name: str) -> Path:
+        path = self.tmp / name
+        path.mkdir()
+        return path
+
+    def out(self, cwd: Path, model: str) -> None:
+        """`out/`: what `kiln compile models/<model> -o out/` writes, from the session's compiled models."""
+        shutil.copytree(self.fixture("compiled")(model), cwd / "out", ignore=shutil.ignore_patterns(".lock", ".done"))
+
+    @staticmethod
+    def _link_environment(repo: Path) -> Path:
+        (repo / ".venv").symlink_to(sys.prefix)
+        (repo / ".venv-tf").symlink_to((ROOT / ".venv-tf").resolve())
+        return repo
+
+    @staticmethod
+    def run(text: str, cwd: Path, env: dict[str, str] | None = None) -> Result:
+        """Run `text` with bash in `cwd`; asserts it succeeds."""
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+        proc = subprocess.run(["bash", "-c", text], cwd=cwd, env={**os.environ, "PATH": path, **(env or {})},
+                              capture_output=True, text=True, timeout=900)
+        result = Result(proc.stdout, proc.stderr)
+        assert proc.returncode == 0, f"$ {text}\n(exit {proc.returncode})\n{result.log[-6000:]}"
+        return result
+
+
+def model_stages(model: str, names: list[str] = STAGE_NAMES) -> set[str]:
+    return {f"kiln {name} {model}" for name in names}
+
+
+def stage_actions(actions: set[str]) -> set[str]:
+    return {a for a in actions if a.startswith("kiln ")}
