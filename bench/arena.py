@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -53,6 +54,35 @@ HOST = (["gcc", "-Os"], "size")
 # model -> (budgets, config overrides)
 BUDGETS = {"vww_mobilenet": ((40000, 30000), {"normalize": {"input_layout": "NHWC"}}),
            "kws_dscnn": ((10000,), {}), "ic_resnet8": ((36000,), {})}
+
+
+TFLM_ARENA = """
+import sys
+import numpy as np
+from tflite_micro.python.tflite_micro import runtime
+interpreter = runtime.Interpreter.from_file(sys.argv[1], arena_size=1 << 24)
+for i in range(int(sys.argv[2])):
+    details = interpreter.get_input_details(i)
+    interpreter.set_input(np.zeros(details["shape"], details["dtype"]), i)
+interpreter.invoke()
+interpreter.print_allocations()
+"""
+
+
+def tflm_memory(source: Path, inputs: int) -> dict[str, int]:
+    """TFLite Micro's arena use for a .tflite file: `total` (arena_used) and `head` (tensor data), from the
+    RecordingMicroAllocator's report (printed by the C++ runtime, so read from a child's stderr)."""
+    proc = subprocess.run([sys.executable, "-c", TFLM_ARENA, str(source), str(inputs)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), timeout=600)
+    found = {}
+    for line in proc.stderr.splitlines():
+        for key in ("total", "head"):
+            prefix = f"[RecordingMicroAllocator] Arena allocation {key} "
+            if line.startswith(prefix):
+                found[key] = int(line[len(prefix):].split()[0])
+    if proc.returncode != 0 or len(found) != 2:
+        raise KilnError(f"{source}: TFLite Micro did not report its arena use: {proc.stderr.strip()[-500:]}")
+    return found
 
 
 def compile_model(model: str, out: Path, overrides: dict | None = None) -> None:

@@ -120,34 +120,6 @@ def sqnr(build: Path) -> tuple[float | None, float]:
     return rep["outputs"].get(quantized.outputs[0]), rep["top1_agreement"]
 
 
-TFLM_ARENA = """
-import sys
-import numpy as np
-from tflite_micro.python.tflite_micro import runtime
-interpreter = runtime.Interpreter.from_file(sys.argv[1], arena_size=1 << 24)
-for i in range(int(sys.argv[2])):
-    details = interpreter.get_input_details(i)
-    interpreter.set_input(np.zeros(details["shape"], details["dtype"]), i)
-interpreter.invoke()
-interpreter.print_allocations()
-"""
-
-
-def tflm_memory(source: Path, inputs: int) -> dict[str, int]:
-    """TFLite Micro's arena use for a .tflite file: `total` (arena_used) and `head` (tensor data), from the
-    RecordingMicroAllocator's report (printed by the C++ runtime, so read from a child's stderr)."""
-    proc = subprocess.run([sys.executable, "-c", TFLM_ARENA, str(source), str(inputs)], capture_output=True, text=True, env=NO_BYTECODE)
-    found = {}
-    for line in proc.stderr.splitlines():
-        for key in ("total", "head"):
-            prefix = f"[RecordingMicroAllocator] Arena allocation {key} "
-            if line.startswith(prefix):
-                found[key] = int(line[len(prefix):].split()[0])
-    if proc.returncode != 0 or len(found) != 2:
-        raise KilnError(f"{source}: TFLite Micro did not report its arena use: {proc.stderr.strip()[-500:]}")
-    return found
-
-
 def tflm_exact(build: Path, source: Path) -> bool:
     """Whether the integer reference gives TFLM's outputs on the seeded samples `kiln check` uses."""
     from tflite_micro.python.tflite_micro import runtime
@@ -173,7 +145,7 @@ def tflite_columns(model: str, build: Path, source: str) -> dict[str, Any]:
     path = MODELS / model / source
     cfg = model_config.load(MODELS / model / "model.toml")
     with_io = plan(load(build / "lowered.kir"), dict(cfg["plan"], io_in_arena=True))
-    tflm = tflm_memory(path, len(quantized.inputs))
+    tflm = arena.tflm_memory(path, len(quantized.inputs))
     return {"tflm_arena_used_bytes": tflm["total"], "tflm_tensor_bytes": tflm["head"], "kiln_arena_io_bytes": int(with_io.meta["arena_size"]),
             "tflm_exact": tflm_exact(build, path)}
 

@@ -2,19 +2,22 @@
  * into the bias (a padded position contributes input_zp * w).
  *
  * With scratch (the fast path), output channels go four at a time. For each
- * group the kernel keeps k_h input rows in a ring in scratch, each widened to
- * int16 lanes ((c0, c2), (c1, c3) per column, kiln_simd.h) with the zero
- * point in its padding columns and in rows outside the image, so every output
- * pixel, border or not, takes the same code: per tap one LDRD of input, one
- * of weights (widened once per group) and four SMLAxy. Each input row is
- * widened once per group. 3x3 windows with stride 1 or 2 run a whole output
+ * group the kernel widens strips of padded input rows into scratch, as int16
+ * lanes ((c0, c2), (c1, c3) per column, kiln_simd.h) with the zero point in
+ * their padding columns and in rows outside the image, so every output pixel,
+ * border or not, takes the same code: per tap one LDRD of input, one of
+ * weights (widened once per group) and four SMLAxy. Each input row is widened
+ * once per group and strip (the rows two strips share, twice). 3x3 windows with stride 1 or 2 run a whole output
  * row in one assembly block (accumulators, row pointers and requantizers in
  * registers). Channel multipliers above 1, odd channel counts and every other
  * window take the same rows through a C loop over the taps.
  *
- * Without scratch, ch_mult = 1 goes four channels along the NHWC axis per
- * word, border pixels reading a zero-point-padded patch on the stack; the rest
- * takes the one-channel loop. */
+ * A channel multiplier that is a multiple of 4 takes no scratch: four output
+ * channels per input value, each tap one value times four weights (faster
+ * than strips that would widen each value into four lanes). Without scratch,
+ * ch_mult = 1 goes four channels along the NHWC axis per word, border pixels
+ * reading a zero-point-padded patch on the stack; the rest takes the
+ * one-channel loop. */
 #include "kiln_kernels.h"
 #include "kiln_simd.h"
 #include "kiln_stub_math.h"
@@ -145,6 +148,63 @@ static void kiln_dw_1ch(const kiln_depthwise_conv2d_s8_params_t *p, int32_t oc_b
                     y[((b * p->out_h + oy) * p->out_w + ox) * out_c + oc] =
                         kiln_out_s8(out, kiln_rq_apply(&q, kiln_wrap_s32(acc)));
                 }
+            }
+        }
+    }
+}
+
+/* The taps [range[0], range[1]) x [range[2], range[3]) of one pixel for 4 output channels that one input
+ * channel feeds: x[at] is its tap (0, 0), w its weights there; each adds (x - input_zp) * w. */
+static KILN_NOINLINE void kiln_dw_taps_1x4(const kiln_depthwise_conv2d_s8_params_t *p, const int8_t *x, int32_t at,
+                                           const int8_t *w, const int32_t range[4], kiln_acc4_t *acc)
+{
+    const int32_t out_c = p->in_c * p->ch_mult, dx = p->dil_w * p->in_c, dy = p->dil_h * p->in_w * p->in_c;
+    const int32_t zp = p->input_zp, kx_lo = range[2], kx_hi = range[3];
+    kiln_acc4_t a = *acc; /* a local: int8 loads may alias *acc, which would force stores per tap */
+    int32_t ky, kx;
+    for (ky = range[0]; ky < range[1]; ky++) {
+        const int32_t row = at + ky * dy;
+        const int8_t *wr = w + ky * p->k_w * out_c;
+        for (kx = kx_lo; kx < kx_hi; kx++) {
+            kiln_mac_1x4(&a, x[row + kx * dx] - zp, wr + kx * out_c);
+        }
+    }
+    *acc = a;
+}
+
+/* Output channels [o, o + 4) of a channel multiplier that is a multiple of 4, all four fed by input channel
+ * o / ch_mult: per tap one input value times four weights. Taps outside the image are skipped rather than
+ * padded: the bias gets input_zp times every weight back and each tap inside adds (x - input_zp) * w, the
+ * same sum modulo 2^32. */
+static void kiln_dw_mult4(const kiln_depthwise_conv2d_s8_params_t *p, int32_t o, const int8_t *x, const int8_t *w,
+                          const int32_t *bias, const int32_t *mult, const int32_t *shift, const kiln_out_t *out,
+                          int8_t *y)
+{
+    const int32_t out_c = p->in_c * p->ch_mult, c = o / p->ch_mult;
+    uint32_t b4[4];
+    kiln_rq_t q[4];
+    int32_t b, oy, ox, j, t, range[4];
+    for (j = 0; j < 4; j++) {
+        b4[j] = (uint32_t)bias[o + j];
+        for (t = 0; t < p->k_h * p->k_w; t++) {
+            b4[j] += (uint32_t)p->input_zp * (uint32_t)(int32_t)w[t * out_c + o + j];
+        }
+        q[j] = kiln_rq_channel(mult[o + j], shift[o + j]);
+    }
+    for (b = 0; b < p->n; b++) {
+        for (oy = 0; oy < p->out_h; oy++) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_top;
+            kiln_tap_range(iy0, p->dil_h, p->k_h, p->in_h, &range[0], &range[1]);
+            for (ox = 0; ox < p->out_w; ox++) {
+                const int32_t ix0 = ox * p->stride_w - p->pad_left;
+                kiln_acc4_t acc;
+                acc.a0 = b4[0];
+                acc.a1 = b4[1];
+                acc.a2 = b4[2];
+                acc.a3 = b4[3];
+                kiln_tap_range(ix0, p->dil_w, p->k_w, p->in_w, &range[2], &range[3]);
+                kiln_dw_taps_1x4(p, x, ((b * p->in_h + iy0) * p->in_w + ix0) * p->in_c + c, w + o, range, &acc);
+                kiln_dw_store4(&acc, q, out, y + ((b * p->out_h + oy) * p->out_w + ox) * out_c + o);
             }
         }
     }
@@ -471,8 +531,14 @@ void kiln_depthwise_conv2d_s8(const kiln_depthwise_conv2d_s8_params_t *p, const 
     }
 #endif
     const kiln_out_t out = kiln_out_range(p->out_zp, p->act_min, p->act_max);
-    const int32_t strip = kiln_dw_strip(p, scratch);
+    const int32_t strip = p->ch_mult % 4 == 0 ? 0 : kiln_dw_strip(p, scratch);
     int32_t c = 0;
+    if (p->ch_mult % 4 == 0) { /* faster than the strips, which would widen each value into four lanes */
+        for (; c < p->in_c * p->ch_mult; c += 4) {
+            kiln_dw_mult4(p, c, x, w, bias, mult, shift, &out, y);
+        }
+        return;
+    }
     if (strip > 0) {
         kiln_dw_strips(p, x, w, bias, mult, shift, y, (uint32_t *)(((uintptr_t)scratch + 3u) & ~(uintptr_t)3u), strip);
         return;

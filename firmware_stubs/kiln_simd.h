@@ -361,6 +361,25 @@ static inline void kiln_mac_4ch(kiln_acc4_t *acc, const int8_t *x, const int8_t 
 #endif
 }
 
+/* acc[j] += v * w[j] for the 4 channels j < 4 that one input value v feeds (a depthwise tap whose channel
+ * multiplier is a multiple of 4), -2^15 <= v < 2^15: SMLABB and SMLABT take v from the low lane. */
+static inline void kiln_mac_1x4(kiln_acc4_t *acc, int32_t v, const int8_t *w)
+{
+#ifdef KILN_SIMD_DSP
+    const uint32_t wv = kiln_load4(w);
+    const int16x2_t we = __sxtb16(wv), wo = kiln_sxtb16_odd(wv);
+    acc->a0 = (uint32_t)__smlabb(v, we, (int32_t)acc->a0);
+    acc->a2 = (uint32_t)__smlabt(v, we, (int32_t)acc->a2);
+    acc->a1 = (uint32_t)__smlabb(v, wo, (int32_t)acc->a1);
+    acc->a3 = (uint32_t)__smlabt(v, wo, (int32_t)acc->a3);
+#else
+    acc->a0 += (uint32_t)(v * w[0]);
+    acc->a1 += (uint32_t)(v * w[1]);
+    acc->a2 += (uint32_t)(v * w[2]);
+    acc->a3 += (uint32_t)(v * w[3]);
+#endif
+}
+
 /* A 3x3 depthwise window of 4 channels: kiln_mac_4ch at x + ky * dy + kx * dx with weights
  * w + (3 * ky + kx) * ch, for ky, kx < 3. */
 #ifdef KILN_SIMD_DSP

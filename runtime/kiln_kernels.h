@@ -97,7 +97,8 @@ void kiln_conv2d_1x1_s8(const kiln_conv2d_1x1_s8_params_t *p, const int8_t *x, c
  *     4 * (2 * k_h * k_w + 24) + 3 + 8 * cols * R bytes,
  * cols = (out_w - 1) * stride_w + (k_w - 1) * dil_w + 1 (the padded columns the windows reach); R is at
  * least one window's (k_h - 1) * dil_h + 1 rows, and all (out_h - 1) * stride_h + (k_h - 1) * dil_h + 1
- * padded rows are widened once each (a shorter strip widens the rows strips share again). */
+ * padded rows are widened once each (a shorter strip widens the rows strips share again). A ch_mult that
+ * is a multiple of 4 takes no scratch: its path without it is the fast one. */
 typedef struct {
     int32_t n, in_h, in_w, in_c, out_h, out_w, ch_mult;
     int32_t k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;

@@ -154,6 +154,8 @@ def kernel_path(node) -> str:
         return mul_path(node)
     if kernel not in ("kiln_conv2d_s8", "kiln_conv2d_1x1_s8", "kiln_conv2d_add_s8", "kiln_depthwise_conv2d_s8"):
         return kernel
+    if kernel == "kiln_depthwise_conv2d_s8" and p["ch_mult"] % 4 == 0:
+        return "depthwise four per input value"
     if not p["scratch_bytes"]:
         if kernel == "kiln_conv2d_s8":  # KILN_COL_MAX, KILN_TAPS_MAX
             taps = p["k_h"] * p["k_w"]
@@ -175,7 +177,7 @@ def test_every_kernel_family_and_path_is_covered(image):
     paths = {kernel_path(n) for _, _, planned, _ in built for n in planned.nodes if n.attrs.get("kernel")}
     assert {"conv columns", "conv channels", "conv large", "kiln_conv2d_1x1_s8 without scratch",
             "kiln_depthwise_conv2d_s8 without scratch", "depthwise 3x3 rows, stride 1", "depthwise 3x3 rows, stride 2",
-            "depthwise strips", "kiln_conv2d_s8 blocks", "kiln_conv2d_1x1_s8 blocks", "kiln_conv2d_add_s8 blocks",
+            "depthwise strips", "depthwise four per input value", "kiln_conv2d_s8 blocks", "kiln_conv2d_1x1_s8 blocks", "kiln_conv2d_add_s8 blocks",
             "table add, SSAT shift", "table add, ASR", "kiln_fully_connected_s8", "kiln_add_s8",
             "fully connected few inputs, assembly", "fully connected few inputs, assembly, uniform",
             "fully connected few inputs, C"} <= paths, paths

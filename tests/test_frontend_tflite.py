@@ -2,13 +2,15 @@
 
 1. Every seeded single-op graph of the TFLM parity sweeps, written by `kiln export`'s writer and
    read back by the frontend, computes TFLM's values bit for bit.
-2. TFLM's quirks, each on a file built to meet it: a per-channel effective scale below 2^-32
-   (multiplier 0), a per-tensor fully connected layer whose multiplier differs when formed in
+2. TFLM's quirks, each on a file built to meet it: the quantization fields TFLM does not read (a
+   bias's, a filter's zero points, an activation's scales past the first), a per-channel effective
+   scale below 2^-32 (multiplier 0), a per-tensor fully connected layer whose multiplier differs when formed in
    double or from a float32 product (TFLM: double), FULLY_CONNECTED on a 4-D input with and without keep_num_dims, MEAN over several
    axes with and without keep_dims, and TFLM's fixed-point tables at all 256 inputs.
 3. Bad files (truncated, not a flatbuffer, wrong identifier, buffers outside the file, several
    subgraphs, custom and unsupported operators) give one clear error each, never a traceback,
-   and `kiln compile` leaves nothing behind.
+   and `kiln compile` leaves nothing behind; every tensor whose quantization Kiln cannot use is
+   named in one line.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from test_tflite_parity import SWEEPS, random_feeds, seeded
 from kiln.errors import KilnError
 from kiln.export.tflite import to_tflite
 from kiln.frontends.tflite import import_tflite
+from kiln.frontends.tflite.read import read_tflite
 from kiln.numerics import tflm
 from kiln.reference.executor import run
 from kiln.reference.int8 import INT8_IMPLS
@@ -146,6 +149,39 @@ def test_per_tensor_fully_connected_multiplier_in_double(tmp_path: Path) -> None
     assert pairs[0][0].max() < 127, "the parting accumulators must stay inside int8"
 
 
+def test_quantization_fields_tflm_does_not_read(tmp_path: Path) -> None:
+    """TFLM reads a bias's quantization nowhere in an int8 CONV_2D, DEPTHWISE_CONV_2D or per-channel
+    FULLY_CONNECTED, a filter's zero points only in a per-tensor FULLY_CONNECTED, an activation's first
+    scale and zero point only, and one zero point for all scales; whatever the rest holds, TFLM runs the
+    file and Kiln computes what TFLM does. Here: the depthwise bias with per-channel scales along dimension
+    3 of its one dimension (TFLM's person_detect.tflite), a conv bias of NaN scales, a bias without any,
+    filter zero points that are not 0, one zero point for eight scales, an activation with two scales."""
+    rng = np.random.default_rng(7)
+    x = tensor("x", (1, 6, 6, 2), scale=0.05, zp=2)
+    a = tensor("a", (1, 6, 6, 4))
+    a.quantization = me.Quantization([0.08, 7.0], [-3, 99], 3)
+    b, y = tensor("b", (1, 6, 6, 8), scale=0.1, zp=5), tensor("y", (1, 3), scale=0.6, zp=-1)
+    w1 = tensor("w1", (4, 3, 3, 2), data=rng.integers(-127, 128, (4, 3, 3, 2)).astype(np.int8))
+    w1.quantization = me.Quantization(list(rng.uniform(0.005, 0.015, 4)), [1, -2, 3, 4], 0)
+    b1 = tensor("b1", (4,), INT32, data=rng.integers(-2000, 2000, 4).astype(np.int32))
+    b1.quantization = me.Quantization([math.nan] * 4, [0] * 4, 3)
+    w2 = tensor("w2", (1, 3, 3, 8), data=rng.integers(-127, 128, (1, 3, 3, 8)).astype(np.int8))
+    w2.quantization = me.Quantization(list(rng.uniform(0.005, 0.015, 8)), [0], 3)
+    b2 = tensor("b2", (8,), INT32, scale=[0.0008] * 8, data=rng.integers(-2000, 2000, 8).astype(np.int32), axis=3)
+    w3 = tensor("w3", (3, 288), data=rng.integers(-127, 128, (3, 288)).astype(np.int8))
+    w3.quantization = me.Quantization([0.01, 0.012, 0.008], [5, 5, 5], 0)
+    b3 = tensor("b3", (3,), INT32, data=rng.integers(-2000, 2000, 3).astype(np.int32))
+    window = dict(padding=tfl.Padding.SAME, strideH=1, strideW=1, dilationHFactor=1, dilationWFactor=1)
+    ops = [operator(Op.CONV_2D, [x, w1, b1], [a], "Conv2DOptions", **window),
+           operator(Op.DEPTHWISE_CONV_2D, [a, w2, b2], [b], "DepthwiseConv2DOptions", depthMultiplier=2, **window),
+           operator(Op.FULLY_CONNECTED, [b, w3, b3], [y], "FullyConnectedOptions")]
+    path = write(tmp_path, model_bytes(ops, [x], [y]))
+    rows = [[rng.integers(-128, 128, (1, 6, 6, 2)).astype(np.int8)] for _ in range(6)]
+    pairs = compare(path, rows)
+    assert_exact(pairs)
+    assert len({mine.tobytes() for mine, _ in pairs}) == len(rows)  # outputs that depend on the input
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_fully_connected_on_a_4d_input(tmp_path: Path, keep: bool) -> None:
     """TFLM flattens the input to rows of in_features; keep_num_dims only shapes the output."""
@@ -258,6 +294,43 @@ def test_bad_file_one_clear_error(case: str, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "kiln", "compile", str(path), "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr.startswith("kiln: error: "), proc.stderr
     assert not any(p.suffix in (".kir", ".c", ".h") for p in out.rglob("*"))
+
+
+def test_every_tensor_with_unusable_quantization_in_one_line(tmp_path: Path) -> None:
+    """The quantization Kiln reads (as TFLM does) is checked for every tensor before any operator: a filter
+    with 3 scales for 4 output channels and one whose scales lie along a dimension of another size (TFLM
+    refuses both), an activation whose scale is NaN, one with scales but no zero points (TFLM reads no
+    quantization then), and a per-tensor FULLY_CONNECTED filter with zero point 3 (TFLM subtracts it; Kiln's
+    kernels take symmetric weights) are named in one line, each with its index and reason."""
+    rng = np.random.default_rng(3)
+    x = tensor("x", (1, 4, 4, 2), scale=0.05, zp=0)
+    a = tensor("a", (1, 4, 4, 4), scale=math.nan, zp=0)
+    b = tensor("b", (1, 4, 4, 4), scale=0.1, zp=0)
+    c = tensor("c", (1, 2))
+    c.quantization = me.Quantization([0.2], [], None)
+    w1 = tensor("w1", (4, 3, 3, 2), scale=[0.01, 0.02, 0.03], data=rng.integers(-127, 128, (4, 3, 3, 2)).astype(np.int8))
+    w2 = tensor("w2", (1, 3, 3, 4), scale=[0.01] * 4, data=rng.integers(-127, 128, (1, 3, 3, 4)).astype(np.int8), axis=1)
+    w3 = tensor("w3", (2, 64), scale=0.01, zp=3, data=rng.integers(-127, 128, (2, 64)).astype(np.int8))
+    window = dict(padding=tfl.Padding.SAME, strideH=1, strideW=1, dilationHFactor=1, dilationWFactor=1)
+    ops = [operator(Op.CONV_2D, [x, w1, None], [a], "Conv2DOptions", **window),
+           operator(Op.DEPTHWISE_CONV_2D, [a, w2, None], [b], "DepthwiseConv2DOptions", depthMultiplier=1, **window),
+           operator(Op.FULLY_CONNECTED, [b, w3, None], [c], "FullyConnectedOptions")]
+    path = write(tmp_path, model_bytes(ops, [x], [c]))
+    with pytest.raises(RuntimeError):
+        runtime.Interpreter.from_bytes(path.read_bytes(), arena_size=1 << 20)
+    index = {t.name: t.index for t in read_tflite(path).tensors}
+    with pytest.raises(KilnError) as info:
+        import_tflite(path, "net", {})
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{path}: 5 tensor(s) with quantization Kiln cannot use: "), message
+    assert message.count("; tensor ") == 4
+    for name, reason in [("w1", "(filter of operator 0 CONV_2D): 3 scales for a filter of shape [4, 3, 3, 2]"),
+                         ("a", "scales [nan] must be finite"),
+                         ("w2", "(filter of operator 1 DEPTHWISE_CONV_2D): 4 scales along dimension 1 of shape [1, 3, 3, 4]"),
+                         ("w3", "(filter of operator 2 FULLY_CONNECTED): zero point 3"),
+                         ("c", "INT8 without quantization parameters")]:
+        assert f"tensor {index[name]} {name!r}{' ' if reason.startswith('(') else ': '}{reason}" in message, (name, message)
+    assert all(f"{n!r}" not in message for n in ("x", "b"))
 
 
 def test_every_unsupported_operator_listed_at_once(tmp_path: Path) -> None:

@@ -137,15 +137,16 @@ def _zero_bias(channels, dtype) -> Tensor:
 
 
 def conv_case(rng, dtype, op="conv2d", channels=(1, 2, 3, 5, 8), out_channels=(1, 3, 4, 7), size_range=(1, 8),
-              k_range=(1, 3)):
-    """A random conv2d (30% pointwise) or depthwise_conv2d: any window, stride, dilation and padding."""
+              k_range=(1, 3), mults=None):
+    """A random conv2d (30% pointwise) or depthwise_conv2d: any window, stride, dilation and padding; a
+    depthwise channel multiplier from `mults`, or (None) 1 or else 1 to 3."""
     pointwise = op == "conv2d" and rng.random() < 0.3
     h, w, kh, kw, strides, dil, pads = _window(rng, size_range, k_range)
     if pointwise:
         kh = kw = 1
         strides, pads = [1, 1], [0, 0, 0, 0]
     n, ic = int(rng.integers(1, 2, endpoint=True)), int(rng.choice(channels))
-    mult = int(rng.integers(1, 3, endpoint=True)) if rng.random() < 0.5 else 1
+    mult = (int(rng.integers(1, 3, endpoint=True)) if rng.random() < 0.5 else 1) if mults is None else int(rng.choice(mults))
     oc = ic * mult if op == "depthwise_conv2d" else int(rng.choice(out_channels))
     oh = pool_out(h, kh, strides[0], pads[0], pads[2], dil[0])
     ow = pool_out(w, kw, strides[1], pads[1], pads[3], dil[1])
@@ -513,6 +514,8 @@ BLOCK_CASES = {
                                                  size_range=(4, 9), k_range=(4, 7)),
     "depthwise_conv2d": lambda rng: conv_case(rng, "int8", "depthwise_conv2d", channels=(3, 4, 5, 8, 12, 13, 16),
                                               size_range=(1, 11), k_range=(1, 4)),
+    "depthwise_mult4": lambda rng: conv_case(rng, "int8", "depthwise_conv2d", channels=(1, 2, 3), size_range=(1, 12),
+                                             k_range=(1, 10), mults=(4, 8, 12)),  # four output channels per input value
     "fully_connected": lambda rng: fc_case(rng, "int8", most=(3, 70, 9)),
     "fully_connected_few": lambda rng: fc_case(rng, "int8", most=(5, 16, 37)),  # 16 inputs or fewer: unrolled rows
     "residual": residual_case,
@@ -689,7 +692,7 @@ def test_kernels_take_scratch_exactly_as_stated(scratch_lib, op):
     for seed in range(6):
         graph, feeds = BLOCK_CASES[op](np.random.default_rng([seed, 48]))
         lowered = lower(graph, CONFIG)
-        node = next(n for n in lowered.nodes if n.attrs.get("scratch_bytes"))
+        node = next(n for n in lowered.nodes if "scratch_bytes" in n.attrs)  # the sizes below, whatever lower gave
         lowered.nodes = [node]
         lowered.outputs = list(node.outputs)
         lowered.inputs = [i for i in node.inputs if not lowered.tensors[i].is_constant]

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from kernel_harness import STUBS, model_requantize
 from kiln import host
-from kiln.lower.specialize import (KILN_RQ_FAST, KILN_RQ_FULL, KILN_RQ_UNIFORM, add_table, depthwise_scratch, gemm_scratch,
+from kiln.lower.specialize import (KILN_RQ_FAST, KILN_RQ_FULL, KILN_RQ_UNIFORM, add_table, depthwise_scratch, depthwise_strip, gemm_scratch,
                                    mul_facts, requant_facts, uniform_fact)
 from kiln.numerics.fixedpoint import clamp, requantize, wrap_int32
 from kiln.numerics.params import add_params
@@ -154,3 +154,20 @@ def test_scratch_sizes_stay_under_the_limit():
     assert depthwise_scratch(geo, 4000) <= 4000 and depthwise_scratch(geo, 4000) > 8 * 52 * 3
     assert depthwise_scratch(geo, 8 * 52 * 3) == 0  # not even one window's rows
     assert gemm_scratch(27, 8, 10**6) == 16 * 8 + 9 * 28 + 3 and gemm_scratch(27, 8, 300) == 0
+
+
+def test_depthwise_strip_is_sized_to_what_it_saves():
+    """The lower stage's depthwise strip holds whole output rows' windows until the rows it shares with the
+    next strip are at most an eighth of those it widens (16 rows for 3x3 with stride 1, 9 with stride 2),
+    not a whole map; never more bytes than the layer's input and output maps; none for a channel multiplier
+    that is a multiple of 4 (its path without scratch is the faster) or when one window does not fit."""
+    geo = dict(n=1, in_h=48, in_w=48, in_c=8, out_h=48, out_w=48, ch_mult=1, k_h=3, k_w=3, stride_h=1, stride_w=1,
+               dil_h=1, dil_w=1, pad_top=1, pad_left=1)
+    block, row = 4 * (2 * 9 + 24) + 3, 8 * 50
+    assert depthwise_strip(geo, 2**30) == block + 16 * row < depthwise_scratch(geo, 2**30)
+    assert depthwise_strip(dict(geo, stride_h=2, out_h=24), 2**30) == block + 9 * row
+    assert depthwise_strip(geo, block + 7 * row + 5) == block + 7 * row  # under kernels.scratch_limit
+    maps = 48 * 48 * 2  # one channel: the input and output maps hold 4,608 bytes, a 16-row strip 6,571
+    assert depthwise_strip(dict(geo, in_c=1), 2**30) == block + (maps - block) // row * row <= maps
+    assert depthwise_strip(dict(geo, in_c=1, in_h=4, in_w=48, out_h=4), 2**30) == 0  # 384 bytes of maps
+    assert depthwise_strip(dict(geo, in_c=1, ch_mult=8), 2**30) == 0

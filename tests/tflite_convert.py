@@ -10,8 +10,9 @@ integer with `representative_dataset`, int8 model inputs and outputs), `int8_flo
 with float inputs and outputs: QUANTIZE/DEQUANTIZE at the edges), `uint8` (uint8 inputs and
 outputs, QUANTIZE between uint8 and int8 at the edges; two cases), `float`, and `hybrid`
 (dynamic-range: int8 weights, float activations; the dense_4d case, whose weights are large
-enough). OUT_DIR gets `<case>.<form>.tflite` and
-`<case>.calibration.npy` (the representative samples).
+enough). TFLM_MODELS, models in the shapes of TFLite Micro's own example files, are converted
+as int8 only. OUT_DIR gets `<case>.<form>.tflite` and `<case>.calibration.npy` (the
+representative samples).
 """
 from __future__ import annotations
 
@@ -86,6 +87,19 @@ def movement(x):
     return L.Reshape((-1,))(c)
 
 
+def micro_speech(x):
+    """TFLM's micro_speech example: DEPTHWISE_CONV_2D 10x8, depth multiplier 8, stride 2, SAME, ReLU, then
+    FULLY_CONNECTED 4000 -> 4 and SOFTMAX (its file has no RESHAPE before the FULLY_CONNECTED; the tests take
+    out the one the converter writes)."""
+    x = L.DepthwiseConv2D((10, 8), strides=2, padding="same", depth_multiplier=8, activation="relu")(x)
+    return L.Softmax()(L.Dense(4)(L.Flatten()(x)))
+
+
+def person_detect(x):
+    """TFLM's person_detect benchmark model: MobileNetV1 with alpha 0.25 on a 96x96 grayscale image, two classes."""
+    return tf.keras.applications.MobileNet(input_tensor=x, alpha=0.25, weights=None, classes=2).output
+
+
 CASES = {
     "conv_stack": ((13, 11, 3), conv_stack),
     "pooling": ((14, 12, 2), pooling),
@@ -93,18 +107,25 @@ CASES = {
     "elementwise": ((6, 7, 3), elementwise),
     "movement": ((5, 6, 3), movement),
 }
+# TFLite Micro's own example models, in the shapes of its files (seeded weights): int8 only, as TFLM has them.
+TFLM_MODELS = {"micro_speech": ((49, 40, 1), micro_speech), "person_detect": ((96, 96, 1), person_detect)}
 FORMS = ("int8", "int8_float_io", "float")
 HYBRID = ("dense_4d",)  # the converter quantizes only weights over 1024 elements dynamically
 UINT8_IO = ("conv_stack", "pooling")
 
 
 def build(name: str) -> tuple[tf.keras.Model, np.ndarray]:
-    shape, body = CASES[name]
+    shape, body = {**CASES, **TFLM_MODELS}[name]
     seed = sum(map(ord, name))
     tf.keras.utils.set_random_seed(seed)
     inp = tf.keras.Input(shape, batch_size=1)
     model = tf.keras.Model(inp, body(inp))
     samples = np.random.default_rng(seed).normal(0.0, 1.0, (SAMPLES, 1, *shape)).astype(np.float32)
+    for layer in model.layers:  # untrained batch norms get the samples' statistics, so activations keep their scale
+        if isinstance(layer, L.BatchNormalization):
+            x = tf.keras.Model(model.input, layer.input)(samples[:, 0]).numpy()
+            gamma, beta, _, _ = layer.get_weights()
+            layer.set_weights([gamma, beta, x.mean(axis=(0, 1, 2)), x.var(axis=(0, 1, 2))])
     return model, samples
 
 
@@ -128,6 +149,10 @@ def main(out: Path) -> None:
         np.save(out / f"{name}.calibration.npy", samples)
         for form in FORMS + (("hybrid",) if name in HYBRID else ()) + (("uint8",) if name in UINT8_IO else ()):
             (out / f"{name}.{form}.tflite").write_bytes(convert(model, samples, form))
+    for name in TFLM_MODELS:
+        model, samples = build(name)
+        np.save(out / f"{name}.calibration.npy", samples)
+        (out / f"{name}.int8.tflite").write_bytes(convert(model, samples, "int8"))
 
 
 if __name__ == "__main__":

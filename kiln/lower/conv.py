@@ -7,7 +7,7 @@ import numpy as np
 
 from kiln.ir.graph import Node, Tensor
 from kiln.lower.common import Site, Unsupported, constant_data, four_d, qparams
-from kiln.lower.specialize import (KILN_RQ_FAST, add_table, conv_add_scratch, depthwise_scratch, gemm_scratch, requant_facts,
+from kiln.lower.specialize import (KILN_RQ_FAST, add_table, conv_add_scratch, depthwise_strip, gemm_scratch, requant_facts,
                                    uniform_fact)
 from kiln.numerics.fixedpoint import activation_range, wrap_int32
 from kiln.numerics.params import add_params, channel_multipliers, mul_multiplier
@@ -121,7 +121,7 @@ def lower_depthwise(site: Site) -> list[Node]:
         return [site.call("kiln_depthwise_conv2d_f32", _float_inputs(site, w_shape[3]), **geo, **site.act_bits())]
     inputs, quant, facts = _int8_constants(site, 3, (0, 1, 2))
     return [site.call("kiln_depthwise_conv2d_s8", inputs, **geo, input_zp=qparams(site.input(0), "input")[1], **quant,
-                      requant=facts, scratch_bytes=depthwise_scratch(geo, site.scratch_limit))]
+                      requant=facts, scratch_bytes=depthwise_strip(geo, site.scratch_limit))]
 
 
 def lower_batch_matmul(site: Site) -> list[Node]:

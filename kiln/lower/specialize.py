@@ -15,6 +15,8 @@
 - `*_scratch`: the arena bytes a kernel's scratch path needs, the formulas
   stated with each kernel in the header; 0 when that exceeds
   `kernels.scratch_limit`, so the kernel takes its path without scratch.
+  `depthwise_strip` sizes the depthwise strip to what it saves: the rows
+  of a few output rows' windows, never more than the layer's own maps.
 - `add_table`: kiln_add_table_s8's table and rounding term, when the sum of
   two table entries and its requantization stay inside int32 (the fast
   requantization's bounds: |t| < 2^31, shift in [1, 22]).
@@ -34,6 +36,9 @@ KILN_RQ_UNIFORM = 4
 FAST_SHIFTS = range(-23, 0)
 ACC_BOUND = 2**30
 INPUT_BOUND = 128
+# A depthwise strip is tall enough that the rows it shares with the next (widened twice) are at most
+# 1/SHARED_ROWS of the rows it widens; taller strips save little more (docs/cortex-m.md, "Kernel scratch").
+SHARED_ROWS = 8
 
 
 def requant_facts(bias: np.ndarray, weights: np.ndarray, channel_axis: int, mult: np.ndarray, shift: np.ndarray,
@@ -56,6 +61,22 @@ def mul_facts(mult: int, shift: int, a_offset: int, b_offset: int, out_zp: int, 
 def uniform_fact(mult: np.ndarray, shift: np.ndarray) -> int:
     """KILN_RQ_UNIFORM when every channel has the same multiplier and shift."""
     return KILN_RQ_UNIFORM if len(set(zip(np.asarray(mult).tolist(), np.asarray(shift).tolist()))) == 1 else 0
+
+
+def depthwise_strip(geo: dict[str, int], limit: int) -> int:
+    """The scratch the lower stage gives kiln_depthwise_conv2d_s8, sized to what it saves: a strip widens
+    again the rows its last window shares with the next strip's first, so it holds the windows of whole
+    output rows until those shared rows are at most 1/SHARED_ROWS of the rows it widens (16 rows for a 3x3
+    window with stride 1, 9 with stride 2); within `limit` and within the bytes of the layer's input and
+    output maps (scratch never doubles the layer's live bytes). None when one window's rows do not fit, and
+    none with a channel multiplier that is a multiple of 4, whose path without scratch is the faster."""
+    if geo["ch_mult"] % 4 == 0:
+        return 0
+    cols = (geo["out_w"] - 1) * geo["stride_w"] + (geo["k_w"] - 1) * geo["dil_w"] + 1
+    span, stride = (geo["k_h"] - 1) * geo["dil_h"] + 1, geo["stride_h"]
+    rows = span + stride * -(-max(SHARED_ROWS * (span - stride) - span, 0) // stride)
+    maps = geo["n"] * geo["in_c"] * (geo["in_h"] * geo["in_w"] + geo["out_h"] * geo["out_w"] * geo["ch_mult"])
+    return depthwise_scratch(geo, min(limit, 4 * (2 * geo["k_h"] * geo["k_w"] + 24) + 3 + 8 * cols * rows, maps))
 
 
 def depthwise_scratch(geo: dict[str, int], limit: int) -> int:

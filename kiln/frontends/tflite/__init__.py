@@ -11,7 +11,8 @@
   Kiln did with it (`kiln inspect` shows both).
 
 Tensor names are the file's (made unique with the tensor index); node names are
-`<operator>_<index>`. Every operator that cannot be imported is reported at once, one line each.
+`<operator>_<index>`. Every tensor whose quantization Kiln cannot use (as TFLM reads it: `quant.py`) is named
+at once, in one line; then every operator that cannot be imported, one line each.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import Any
 from kiln.errors import KilnError
 from kiln.frontends.imported import Imported
 from kiln.frontends.tflite.convert import HANDLERS, Converter, Unsupported
+from kiln.frontends.tflite.quant import tflm_view
 from kiln.frontends.tflite.read import TflModel, read_tflite
 from kiln.ir.graph import Graph
 from kiln.ir.verify import VerifyError, verify
@@ -32,7 +34,7 @@ KINDS = {"int8": "int8 (quantized; kept bit-exact with TFLite Micro)", "float": 
 
 def import_tflite(source: Path, name: str, inputs: dict[str, Any]) -> Imported:
     """Import `source` as graph `name`; `inputs` is the model.toml `inputs` table (checked against the file)."""
-    model = read_tflite(source)
+    model = tflm_view(source, read_tflite(source))
     cx = Converter(model, Graph(name))
     problems = []
     for op in model.operators:

@@ -59,16 +59,10 @@ class Converter:
             dtype = KIR_TYPES.get(t.type)
             if dtype is None:
                 raise Unsupported(f"tensor {index} {t.name!r} is {t.type} (Kiln reads float32, int8 and int32 tensors)")
-            if dtype == "int8" and t.quant is None:
-                raise Unsupported(f"int8 tensor {index} {t.name!r} has no quantization parameters")
             quant = None
-            if t.quant is not None and dtype != "float32":
-                scale = t.quant.scale
-                if np.any(scale == 0):
-                    if t.data is None:
-                        raise Unsupported(f"tensor {index} {t.name!r} has quantization scale 0")
-                    # A dead channel's scale 0 gives TFLM multiplier 0; the smallest float32 gives the same.
-                    scale = np.where(scale == 0, np.float32(np.finfo(np.float32).smallest_subnormal), scale)
+            if t.quant is not None:  # as TFLM reads it (kiln.frontends.tflite.quant): a scale 0 only on a constant
+                # A dead channel's scale 0 gives TFLM multiplier 0; the smallest float32 gives the same.
+                scale = np.where(t.quant.scale == 0, np.float32(np.finfo(np.float32).smallest_subnormal), t.quant.scale)
                 quant = QuantParams(tuple(scale.tolist()), tuple(t.quant.zero_point.tolist()), t.quant.axis)
             self.graph.add_tensor(Tensor(name, t.shape, dtype, layout="", quant=quant, data=t.data))
         return name
@@ -188,19 +182,15 @@ def _bias(cx: Converter, op: TflOperator, int8: bool) -> list[str]:
     return [cx.float_constant(b.index, "bias")]
 
 
-def _weights(cx: Converter, op: TflOperator, int8: bool, channel_axis: int) -> str:
+def _weights(cx: Converter, op: TflOperator, int8: bool) -> str:
     w = cx.info(op.inputs[1])
     if w.data is None:
         raise Unsupported(f"weights (tensor {w.index}) must be a constant")
     if not int8:
         return cx.float_constant(w.index, "weights")
-    if w.type not in ("INT8", "INT4") or w.quant is None:
+    if w.type not in ("INT8", "INT4"):
         raise Unsupported(f"weights (tensor {w.index}) are {w.type}; int8 kernels take quantized int8 (or int4) weights")
-    if np.any(w.quant.zero_point != 0):
-        raise Unsupported(f"weights (tensor {w.index}) have nonzero zero points (int8 kernels take symmetric weights)")
-    if w.quant.axis is not None and w.quant.axis != channel_axis:
-        raise Unsupported(f"weights (tensor {w.index}) are quantized along dimension {w.quant.axis}, the kernel needs {channel_axis}")
-    return cx.name(w.index)
+    return cx.name(w.index)  # symmetric, one scale or one per output channel (kiln.frontends.tflite.quant)
 
 
 def _activation_input(cx: Converter, op: TflOperator) -> tuple[int, bool]:
@@ -236,17 +226,17 @@ def _conv(cx: Converter, op: TflOperator) -> None:
     if op.code == "CONV_2D":
         if ws[3] != xs[3]:
             raise Unsupported(f"grouped convolution (weights take {ws[3]} channels, the input has {xs[3]})")
-        kind, axis = "conv2d", 0
+        kind = "conv2d"
     else:
         if ws[0] != 1 or ws[3] % xs[3]:
             raise Unsupported(f"depthwise weights {list(ws)} do not fit an input of {xs[3]} channels")
         mult = ws[3] // xs[3]
         if o.depthMultiplier not in (0, mult):
             raise Unsupported(f"depth_multiplier {o.depthMultiplier} disagrees with the weights' {mult}")
-        kind, axis = "depthwise_conv2d", 3
+        kind = "depthwise_conv2d"
         attrs["depth_multiplier"] = mult
     attrs["pads"] = _padding(op, xs[1:3], ws[1:3], strides, dilations, ys[1:3])
-    inputs = [cx.name(x), _weights(cx, op, int8, axis)] + _bias(cx, op, int8)
+    inputs = [cx.name(x), _weights(cx, op, int8)] + _bias(cx, op, int8)
     cx.emit(op, kind, inputs, [cx.name(op.outputs[0])], attrs)
 
 
@@ -271,7 +261,7 @@ def _fully_connected(cx: Converter, op: TflOperator) -> None:
     dst = cx.name(op.outputs[0])
     if ys != (rows, ws[0]):
         dst = cx.temp(op.outputs[0], (rows, ws[0]), "rows")
-    cx.emit(op, "fully_connected", [src, _weights(cx, op, int8, 0)] + _bias(cx, op, int8), [dst], _activation(op))
+    cx.emit(op, "fully_connected", [src, _weights(cx, op, int8)] + _bias(cx, op, int8), [dst], _activation(op))
     if dst != cx.name(op.outputs[0]):
         cx.emit(op, "reshape", [dst], [cx.name(op.outputs[0])], {"shape": list(ys)}, "shape")
 
@@ -392,9 +382,7 @@ def _softmax(cx: Converter, op: TflOperator) -> None:
 
 
 def _table(cx: Converter, op: TflOperator, x: int) -> tuple[float, int, float, int]:
-    qi, qo = cx.info(x).quant, cx.info(op.outputs[0]).quant
-    if qi.axis is not None or qo.axis is not None:
-        raise Unsupported("per-channel quantized activations are not supported")
+    qi, qo = cx.info(x).quant, cx.info(op.outputs[0]).quant  # per tensor, as TFLM reads activations
     return float(qi.scale[0]), int(qi.zero_point[0]), float(qo.scale[0]), int(qo.zero_point[0])
 
 

@@ -3,7 +3,8 @@
 The bytes are hostile until checked: the file identifier and schema version, one subgraph, every
 index (buffer, tensor, operator code) in range, every buffer inside the file and of the size its
 tensor's shape needs. A file that is not a flatbuffer, or a truncated one, fails while the
-bindings unpack it; that failure becomes one line too.
+bindings unpack it; that failure becomes one line too. Quantization is taken as TFLM's reader takes
+it and checked where it is read (`kiln.frontends.tflite.quant`).
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ ACTIVATIONS = {v: k for k, v in vars(tfl.ActivationFunctionType).items() if not 
 @dataclass
 class TflQuant:
     scale: np.ndarray  # float32, one per channel
-    zero_point: np.ndarray  # int64
-    axis: int | None  # None: per tensor
+    zero_point: np.ndarray  # int64, one per scale
+    axis: int | None  # None: one scale; else the file's quantized_dimension (checked where it is read)
 
 
 @dataclass
@@ -142,7 +143,7 @@ def _tensor(path: Path, index: int, t: Any, buffers: list[bytes | None]) -> TflT
         raise _fail(path, f"{where}: buffer index {t.buffer} out of range ({len(buffers)} buffers)")
     contents = buffers[t.buffer] if buffers else None
     data = None if contents is None else _contents(path, where, contents, type_name, shape)
-    return TflTensor(index, name, shape, type_name, _quant(path, where, t.quantization, shape), data)
+    return TflTensor(index, name, shape, type_name, _quant(t.quantization), data)
 
 
 def _contents(path: Path, where: str, contents: bytes, type_name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -160,20 +161,14 @@ def _contents(path: Path, where: str, contents: bytes, type_name: str, shape: tu
     return np.frombuffer(contents, dtype).reshape(shape).copy()
 
 
-def _quant(path: Path, where: str, q: Any, shape: tuple[int, ...]) -> TflQuant | None:
-    if q is None or q.scale is None or len(q.scale) == 0:
+def _quant(q: Any) -> TflQuant | None:
+    """The quantization fields as TFLM's reader takes them (`InitializeTfLiteTensorFromFlatbuffer`): present only
+    when the file gives both scales and zero points; one zero point per scale, or the first for all; the quantized
+    dimension and the values unchecked (which of them count depends on how the tensor is used: `tflite/quant.py`)."""
+    if q is None or q.scale is None or len(q.scale) == 0 or q.zeroPoint is None or len(q.zeroPoint) == 0:
         return None
-    if q.details is not None:
-        raise _fail(path, f"{where}: custom quantization is not supported")
     scale = np.asarray(q.scale, np.float32).ravel()
-    zp = np.asarray(q.zeroPoint if q.zeroPoint is not None else np.zeros(len(scale)), np.int64).ravel()
+    zp = np.asarray(q.zeroPoint, np.int64).ravel()
     if len(zp) != len(scale):
-        raise _fail(path, f"{where}: {len(scale)} scales but {len(zp)} zero points")
-    if not np.all(np.isfinite(scale)) or np.any(scale < 0):
-        raise _fail(path, f"{where}: quantization scales must be finite and not negative")
-    if len(scale) == 1:
-        return TflQuant(scale, zp, None)
-    axis = int(q.quantizedDimension)
-    if not 0 <= axis < len(shape) or shape[axis] != len(scale):
-        raise _fail(path, f"{where}: {len(scale)} scales along dimension {axis} of shape {list(shape)}")
-    return TflQuant(scale, zp, axis)
+        zp = np.full(len(scale), zp[0], np.int64)
+    return TflQuant(scale, zp, int(q.quantizedDimension) if len(scale) > 1 else None)
