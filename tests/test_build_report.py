@@ -26,10 +26,14 @@ import pytest
 
 from chromium import Browser
 from conftest import scons
+from kiln.check import seeded_inputs
 from kiln.ir import load
+from kiln.names import c_text
 from kiln.report import build_report, render
 from kiln.report.data import LAYER_SQNR_FLOOR_DB, Buffer, Layer, ModelReport, SizeRow, Step, buffers, timeline
 from kiln.report.plot import shorten
+from kiln.runio import quantize_inputs
+from kiln.target import qemu
 from kiln.target.size import size_report
 
 MODELS = ("tiny_cnn", "tiny_resnet")
@@ -215,6 +219,17 @@ def test_sizes_come_from_the_firmware_image(built):
             assert f'<p class="size-source">From the cortex-m4 firmware image cortex-m4/{model}/{model}.elf.</p>' in section
             rows = dict(re.findall(r'<tr><td>([^<]*)</td><td class="n">([\d,]+)</td></tr>', section[:section.index("</table>")]))
             assert rows["flash (whole image)"] == f"{image.flash:,}" and rows["RAM (whole image)"] == f"{image.ram:,}"
+
+
+def test_the_firmware_names_its_layers_as_the_source_model_does(built):
+    """The Cortex-M4 image's per-layer lines (what the M4 column is read from) carry each layer's source name."""
+    cortex = built / "build/cortex-m4/tiny_resnet"
+    planned, quantized = load(cortex / "planned.kir"), load(cortex / "quantized.kir")
+    sample = quantize_inputs(quantized, seeded_inputs(quantized, None, 1))
+    layers = qemu.run_firmware(cortex / "tiny_resnet.elf", planned, sample, layers=True).layers
+    assert [(lc.index, lc.name) for lc in layers] == [(i, c_text(f"{n.label} ({n.op})")) for i, n in enumerate(planned.nodes)
+                                                      if n.attrs["kernel"]]
+    assert "block2.0 (conv2d)" in [lc.name for lc in layers]
 
 
 def test_a_host_only_build_says_so_and_advises_no_command(built, tmp_path):
