@@ -3,8 +3,8 @@
 A PyTorch model's nodes are named by the modules that ran them (torch.export's
 `nn_module_stack`), an ONNX model's by its node names (`<OpType>_<index>` for an
 unnamed one); every stage keeps the name, and a node fused into another takes the
-main layer's. `kiln inspect`, error messages, the build report and the generated
-C's per-layer names (what the layer hook gets) show it. (TFLite's: the
+main layer's. `kiln inspect`, `kiln report`, error messages, the build report and
+the generated C's per-layer names (what the layer hook gets) show it. (TFLite's: the
 converter's files in tests/test_tflite_converter.py.)
 """
 from __future__ import annotations
@@ -107,6 +107,8 @@ def test_pytorch_layers_are_named_by_their_modules_through_every_stage(tmp_path)
 
     kiln("build-report", "root", "-o", "page.html", cwd=tmp_path)
     page = (tmp_path / "page.html").read_text()
+    accuracy = kiln("report", str(out), cwd=tmp_path).stdout  # each compared tensor with the layer that writes it
+    assert re.search(r"^\S+ +features.3.conv2 +conv2d ", accuracy, re.M) and re.search(r"^\S+ +head +fully_connected ", accuracy, re.M)
     cells = re.findall(r'<td class="layer-name">([^<]*)</td><td class="node-name">([^<]*)</td>', page)
     assert cells == [(n.source_name, n.name) for n in load(out / "planned.kir").nodes]
     assert '<text class="step-name" x=' in page and ">features.3.conv2 (conv2d)</text>" in page
