@@ -31,7 +31,7 @@ def built_models(root: Path) -> list[Path]:
     """The model folders under `root` that hold a planned graph, sorted by name."""
     builds = sorted(p.parent for p in root.glob("*/planned.kir"))
     if not builds:
-        raise KilnError(f"{root}: no built models (run scons first)")
+        raise KilnError(f"{root}: no built models (no folder in it holds a planned.kir)")
     return builds
 
 

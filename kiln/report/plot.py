@@ -121,6 +121,7 @@ def frame(model: ModelReport, title: str, axis: str, top_value: int, extra_right
     right of the plot and `extra_height` px below its rows."""
     digits = len(str(max(len(model.steps) - 1, 0)))
     y_title = "step, layer (op)"
+    whole = [f"{s.label} ({s.op})" for s in model.steps]
     names = [f"{shorten(s.label)} ({s.op})" for s in model.steps]
     left = PAD + max([_width(y_title)] + [(digits + 1) * CHAR + _width(n) for n in names]) + 2 * PAD
     right = left + PLOT_W
@@ -138,8 +139,7 @@ def frame(model: ModelReport, title: str, axis: str, top_value: int, extra_right
         x_title=Text(round((left + right) / 2, 2), 38, axis, "middle"), y_title=Text(PAD, 56, y_title),
         ticks=[Text(x, 56, f"{v:,}", "middle") for x, v in zip(xs, values)], grid=xs,
         steps=[Text(step_x, baseline(s.index), str(s.index), "end") for s in model.steps],
-        names=[Text(step_x + CHAR, baseline(s.index), n, tooltip=f"{s.label} ({s.op})" if n != f"{s.label} ({s.op})" else "")
-               for s, n in zip(model.steps, names)],
+        names=[Text(step_x + CHAR, baseline(s.index), n, tooltip=w if n != w else "") for s, n, w in zip(model.steps, names, whole)],
         left=left, right=right, top=TOP, bottom=bottom,
     )
 
