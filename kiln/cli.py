@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("report", help="accuracy of a compiled model: per-layer SQNR of int8 against float, top-1 agreement")
     q.add_argument("outdir", type=Path, help="a model's build folder or `kiln compile` output (normalized.kir, quantized.kir)")
-    q.add_argument("--samples", type=int, default=16, help="how many of the calibration samples the build keeps (16) to compare on")
+    q.add_argument("--samples", type=int, help="how many of the calibration samples the build keeps to compare on (default: all)")
     q.add_argument("--json", type=Path, help="also write the report as JSON")
     q.set_defaults(func=_cmd_report)
 
@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build-report", help="one self-contained HTML page of every model built under a build root")
     b.add_argument("build_root", type=Path, help="e.g. build/host or build/cortex-m4")
     b.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
-    b.add_argument("--samples", type=int, default=8, help="how many of the calibration samples each build keeps to compare on")
+    b.add_argument("--samples", type=int, help="how many of the calibration samples each build keeps to compare on (default: all)")
     b.set_defaults(func=_cmd_build_report)
 
     d = sub.add_parser("doc", help="print a reference page that ships with Kiln (model-toml: every model.toml key)")
@@ -222,7 +222,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from kiln.quantize.report import format_report, report, to_json
     from kiln.quantize.kept import load_samples, report_inputs
 
-    if args.samples < 1:
+    if args.samples is not None and args.samples < 1:
         raise KilnError(f"--samples must be at least 1, got {args.samples}")
     normalized, quantized = load(args.outdir / "normalized.kir", "normalized"), load(args.outdir / "quantized.kir", "quantized")
     samples, described = report_inputs(normalized, load_samples(args.outdir), args.samples)
@@ -237,7 +237,7 @@ def _cmd_build_report(args: argparse.Namespace) -> int:
     from kiln.atomic import write_atomic
     from kiln.report import build_report
 
-    if args.samples < 1:
+    if args.samples is not None and args.samples < 1:
         raise KilnError(f"--samples must be at least 1, got {args.samples}")
     write_atomic(args.output, build_report(args.build_root, args.samples).encode())
     return 0

@@ -13,10 +13,12 @@ class KilnError(Exception):
     """An error in the user's input (model, config, file); the CLI prints it as one line."""
 
 
-def node_context(index: int, name: str, op: str, source: str = "") -> str:
-    """How every message names an operator: index, name, type and, when known, the user's source."""
+def node_context(index: int, name: str, op: str, source: str = "", layer: str = "") -> str:
+    """How every message names an operator: index, name, type and, when known, its layer's name in the source
+    model and the user's source text."""
+    named = f" in layer {layer!r}" if layer and layer != name else ""
     where = f" at {source}" if source else ""
-    return f"node {index} {name!r} ({op}){where}"
+    return f"node {index} {name!r} ({op}){named}{where}"
 
 
 def missing_package(exc: ModuleNotFoundError) -> str:

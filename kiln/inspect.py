@@ -21,7 +21,7 @@ def describe(g: Graph) -> dict[str, Any]:
         if "tile_bytes" in t.attrs:
             entry["tile_bytes"] = t.attrs["tile_bytes"]
         tensors.append(entry)
-    nodes = [{"index": i, "name": n.name, "op": n.op, "inputs": n.inputs, "outputs": n.outputs,
+    nodes = [{"index": i, "name": n.name, "source_name": n.source_name, "op": n.op, "inputs": n.inputs, "outputs": n.outputs,
               "attrs": {k: _jsonable(v) for k, v in sorted(n.attrs.items())}} for i, n in enumerate(g.nodes)]
     return {"graph": g.name, "inputs": g.inputs, "outputs": g.outputs,
             "meta": {k: _jsonable(v) for k, v in sorted(g.meta.items())}, "nodes": nodes, "tensors": tensors}
@@ -54,7 +54,8 @@ def render(info: dict[str, Any]) -> str:
     for n in info["nodes"]:
         kernel = f" -> {n['attrs']['kernel']}" if n["attrs"].get("kernel") else ""
         outs = ", ".join(f"{o} {_tensor(by_name[o])}" for o in n["outputs"])
-        lines.append(f"  [{n['index']}] {n['name']} {n['op']}{kernel}: {', '.join(i or '-' for i in n['inputs'])} => {outs}")
+        layer = f" (layer {n['source_name']!r})" if n["source_name"] else ""  # repr: a model file's name cannot drive the terminal
+        lines.append(f"  [{n['index']}] {n['name']}{layer} {n['op']}{kernel}: {', '.join(i or '-' for i in n['inputs'])} => {outs}")
     lines.append(f"{len(info['tensors'])} tensors:")
     for t in info["tensors"]:
         lines.append(f"  {t['name']} {_tensor(t)}{' const' if t['constant'] else ''}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.:,;()\[\]<>=+\- ]")
+_SAFE = re.compile(r"[^A-Za-z0-9_.:,;()\[\]<>=+\-/@ ]")  # no '*', so a '/' can neither open nor close a comment
 
 
 def c_identifier(name: str) -> str:
@@ -13,5 +13,5 @@ def c_identifier(name: str) -> str:
 
 
 def c_text(text: str, limit: int = 80) -> str:
-    """Text safe inside a C comment or string literal: no '*/', quotes, backslashes, '?', newlines or non-ASCII."""
-    return _SAFE.sub("_", text)[:limit]
+    """Text safe inside a C comment or string literal: no '*', '//', quotes, backslashes, '?', newlines or non-ASCII."""
+    return _SAFE.sub("_", text).replace("//", "/_")[:limit]

@@ -18,6 +18,7 @@ from kiln.check import reference_outputs, seeded_inputs
 from kiln.codegen import generate
 from kiln.errors import KilnError
 from kiln.ir import Graph, load
+from kiln.names import c_text
 from kiln.plan import plan
 from kiln.quantize.kept import load_samples
 from kiln.reference.executor import run
@@ -142,16 +143,17 @@ def test_weights_live_in_the_named_section(builds, lz4):
 
 
 HOSTILE = ["a */ int pwned; /*", 'say "hi"', "two\nlines", "back\\slash\\", "tri??/graph??=", "ünïcødé ✓ 名前",
-           "// line comment", "#define X 1", "%s%n", "end\\", "tab\there", "/* open"]
+           "// line comment", "#define X 1", "%s%n", "end\\", "tab\there", "/* open", "a///b/", "x/", "*/"]
 
 
 def rename(g: Graph) -> Graph:
-    """The same graph with every node and tensor renamed to something hostile to C."""
+    """The same graph with every node, its layer in the source and every tensor renamed to something hostile to C."""
     names = {old: f"{HOSTILE[i % len(HOSTILE)]} {i}" for i, old in enumerate(sorted(g.tensors))}
     out = g.copy()
     out.tensors = {names[k]: t.copy(name=names[k]) for k, t in g.tensors.items()}
     for i, n in enumerate(out.nodes):
         n.name = f"{HOSTILE[(i + 5) % len(HOSTILE)]} node {i}"
+        n.source_name = f"{HOSTILE[i % len(HOSTILE)]}/{HOSTILE[(i + 1) % len(HOSTILE)]}"
         n.inputs = [names[t] if t else t for t in n.inputs]
         n.outputs = [names[t] for t in n.outputs]
     out.inputs = [names[t] for t in g.inputs]
@@ -225,7 +227,7 @@ def test_layer_hook_sees_every_layer_and_its_output(builds, objects, model, vari
     compared = 0
     for layer, phase, name, data in records:
         node = planned.nodes[layer]
-        assert name.endswith(f"({node.op})")
+        assert name == c_text(f"{node.label} ({node.op})") and node.source_name  # the layer as the source model names it
         if phase == 0:
             assert data == b""
         elif node.outputs[0] in values:

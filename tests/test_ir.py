@@ -18,7 +18,7 @@ def small_graph() -> Graph:
     g.add_tensor(Tensor("y", (1, 2, 2, 2), "int8", "NHWC", QuantParams((0.25,), (5,))))
     g.nodes.append(Node("conv", "conv2d", ["x", "w", "b"], ["y"],
                         {"strides": [1, 1], "pads": [0, 0, 0, 0], "act_min": 0.0, "act_max": float("inf"), "note": "é */"},
-                        source="model.py: y = self.conv(x)"))
+                        source="model.py: y = self.conv(x)", source_name="features.3.conv"))
     g.inputs, g.outputs = ["x"], ["y"]
     g.meta["origin"] = "test"
     return g

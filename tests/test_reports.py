@@ -2,7 +2,8 @@
 
 `kiln report` and `kiln build-report` read the samples the quantize stage
 keeps in the build folder (`samples.npz`), so running them from another
-working directory changes nothing; a build without samples is measured on
+working directory changes nothing, and both measure on all of them unless told
+fewer, so they give the same figures; a build without samples is measured on
 seeded noise, and both say so.
 """
 from __future__ import annotations
@@ -50,12 +51,16 @@ def test_reports_use_the_calibration_file_from_any_folder(tmp_path):
     want = report(normalized, quantized, {"x": calibration[:KEPT]})
     assert outside["outputs"] == want["outputs"] and outside["top1_agreement"] == want["top1_agreement"]
 
-    kiln(out, "report", ".", "--samples", "8", "--json", str(tmp_path / "eight.json"))
-    eight = json.loads((tmp_path / "eight.json").read_text())
+    # The build report measures as `kiln report` does by default: on every kept sample, to the same figure.
     kiln(elsewhere, "build-report", str(tmp_path / "root"), "-o", "page.html")
     page = (elsewhere / "page.html").read_text()
-    assert re.search(r'<td class="inputs">8 calibration samples \(from quant.calibration c.npy\)</td>', page)
-    assert f'<td class="n">{eight["outputs"]["probs"]:.2f}</td>' in page
+    assert f'<td class="inputs">{KEPT} calibration samples (from quant.calibration c.npy)</td>' in page
+    assert f'<td class="n">{outside["outputs"]["probs"]:.2f}</td>' in page
+    kiln(elsewhere, "build-report", str(tmp_path / "root"), "-o", "eight.html", "--samples", "8")
+    kiln(out, "report", ".", "--samples", "8", "--json", str(tmp_path / "eight.json"))
+    eight = json.loads((tmp_path / "eight.json").read_text())
+    assert f'<td class="n">{eight["outputs"]["probs"]:.2f}</td>' in (elsewhere / "eight.html").read_text()
+    assert eight["outputs"] != outside["outputs"]  # so the figures above tell the sample counts apart
 
 
 def test_a_build_without_samples_says_it_measured_noise(tmp_path):
@@ -64,5 +69,6 @@ def test_a_build_without_samples_says_it_measured_noise(tmp_path):
     kiln(tmp_path, "compile", "qdq.onnx", "-o", str(out))
     printed = kiln(tmp_path, "report", str(out), "--samples", "4").stdout
     assert f"over 4 {NOISE}" in printed
+    assert f"over {KEPT} {NOISE}" in kiln(tmp_path, "report", str(out)).stdout
     kiln(tmp_path, "build-report", str(tmp_path / "root"), "-o", "page.html")
-    assert f'<td class="inputs">8 {NOISE}</td>' in (tmp_path / "page.html").read_text()  # build-report's default
+    assert f'<td class="inputs">{KEPT} {NOISE}</td>' in (tmp_path / "page.html").read_text()  # both reports' default

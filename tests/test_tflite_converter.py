@@ -20,6 +20,7 @@ scripts/setup.sh creates (`.venv-tf`).
 """
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -117,6 +118,10 @@ def test_quantized_file_generated_c(converted: Path, case: str, form: str, tmp_p
     from kiln.ir import load
 
     graph = load(tmp_path / "planned.kir")
+    model = read_tflite(path)
+    for node in graph.nodes:  # each layer keeps the name Netron gives its operator: its output tensor's
+        index = int(re.fullmatch(r"operator (\d+) \S+", node.source).group(1))
+        assert node.source_name == model.tensors[model.operators[index].outputs[0]].name != "", node
     source = tmp_path / f"{case}.c"
     exe = host.build_executable([source], [host.model_prefix(source.with_suffix(".h"))], tmp_path / "host_model", sanitize=True)
     rows = samples_for(graph, np.load(converted / f"{case}.calibration.npy"), np.random.default_rng(3))

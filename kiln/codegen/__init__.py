@@ -293,7 +293,7 @@ def _call(graph: Graph, index: int, node, const_names: dict[str, str]) -> Call:
     out = graph.tensors[node.outputs[0]]
     return Call(
         index=index,
-        comment=c_text(f"{node.name} ({node.op})"),
+        comment=c_text(f"{node.label} ({node.op})"),
         kernel=c_identifier(node.attrs["kernel"]),
         params_type=c_identifier(node.attrs["params_type"]),
         params=list(zip(node.attrs["param_names"], node.attrs["params"])),

@@ -8,6 +8,7 @@ can list every problem at once.
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any, Callable
 
 import numpy as np
@@ -42,9 +43,11 @@ class Emitter:
         self.values: dict[str, list[str]] = {}  # FX node name -> tensor name per output ("" if not produced)
         self.fx: torch.fx.Node | None = None
         self.source = ""
+        self.source_name = ""
 
     def begin(self, fx: torch.fx.Node, source: str) -> None:
-        self.fx, self.source = fx, source
+        """Emit for `fx` next: its nodes carry `source` and its layer's name (`module_path`, else the FX name)."""
+        self.fx, self.source, self.source_name = fx, source, module_path(fx) or fx.name
 
     # -- operands ------------------------------------------------------------
     def tensor(self, value: Any) -> str:
@@ -92,7 +95,7 @@ class Emitter:
     def step(self, op: str, inputs: list[str], attrs: dict[str, Any], hint: str) -> str:
         """An intermediate node of a multi-node mapping; its shape comes from the op's inference."""
         name = f"{self.fx.name}_{hint}"
-        node = Node(self.graph.unique_node_name(name), op, inputs, [], dict(attrs), self.source)
+        node = Node(self.graph.unique_node_name(name), op, inputs, [], dict(attrs), self.source, self.source_name)
         ins = [self.graph.tensors[i] if i else None for i in inputs]
         try:
             ((shape, dtype),) = OPS[op].infer(node, ins)
@@ -116,12 +119,24 @@ class Emitter:
                 raise Unsupported(f"{what} has unsupported dtype {vals[i].dtype}")
             shape, dtype = tuple(vals[i].shape), TORCH_DTYPES[vals[i].dtype]
             outs.append(self.graph.add_tensor(Tensor(self.graph.unique_tensor_name(names[i]), shape, dtype)).name)
-        node = Node(self.graph.unique_node_name(self.fx.name), op, inputs, outs, dict(attrs or {}), self.source)
+        node = Node(self.graph.unique_node_name(self.fx.name), op, inputs, outs, dict(attrs or {}), self.source, self.source_name)
         self.graph.nodes.append(node)
         self.values[self.fx.name] = outs + [""] * (len(vals) - count)
 
     def alias(self, names: list[str]) -> None:
         self.values[self.fx.name] = names
+
+
+def module_path(fx: torch.fx.Node) -> str:
+    """The qualified name of the innermost module whose forward() ran `fx` (`features.3.conv`), as torch.export
+    records it, with its `@k` when that module is called more than once ("" for the top-level forward)."""
+    stack = fx.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    key, value = list(stack.items())[-1]
+    path = value[0] if isinstance(value, (tuple, list)) else ""
+    call = re.search(r"@\d+$", str(key))
+    return f"{path}{call.group(0)}" if path and call else path
 
 
 def _meta(fx: torch.fx.Node) -> list[Any]:

@@ -10,7 +10,9 @@ Names are stable so the imported graph is byte-identical across runs:
 graph inputs are the forward() parameter names, constants their state-dict
 names, activations the FX node names. `Node.source` is "file.py: code line"
 from the FX stack trace, never a line number, so editing a comment elsewhere
-in model.py leaves the graph unchanged.
+in model.py leaves the graph unchanged; `Node.source_name` is the qualified
+name of the module that ran the op (`features.3.conv`), from torch.export's
+`nn_module_stack`.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from kiln.errors import KilnError, node_context
 from kiln.frontends.torch_aten import HANDLERS
-from kiln.frontends.torch_emit import TORCH_DTYPES, Emitter, Unsupported, tensor_data
+from kiln.frontends.torch_emit import TORCH_DTYPES, Emitter, Unsupported, module_path, tensor_data
 from kiln.ir.graph import Graph, Node, Tensor
 from kiln.ir.verify import VerifyError, verify
 
@@ -183,8 +185,9 @@ def _add_nodes(ep: ExportedProgram, emitter: Emitter, folder: Path | None) -> li
         target = _target_name(fx.target)
         handler = HANDLERS.get(target)
         source = user_source(fx.meta.get("stack_trace"), folder)
+        where = node_context(index, fx.name, target, source, module_path(fx))
         if handler is None:
-            errors.append(f"{node_context(index, fx.name, target, source)}: no Kiln mapping for this operator")
+            errors.append(f"{where}: no Kiln mapping for this operator")
             failed.add(fx.name)
             continue
         if any(a.name in failed for a in fx.all_input_nodes):
@@ -194,7 +197,7 @@ def _add_nodes(ep: ExportedProgram, emitter: Emitter, folder: Path | None) -> li
             emitter.begin(fx, source)
             handler(emitter, fx)
         except Unsupported as exc:
-            errors.append(f"{node_context(index, fx.name, target, source)}: {exc}")
+            errors.append(f"{where}: {exc}")
             failed.add(fx.name)
     return errors
 

@@ -81,12 +81,22 @@ class Tensor:
 
 @dataclass
 class Node:
+    """One operator. `source` is the user's source text for error messages; `source_name` the layer's name in
+    the source model (a PyTorch module's qualified name, an ONNX node's name, a TFLite operator's output
+    tensor), written by the import stage and kept by every rewrite that stands for the same layer."""
+
     name: str
     op: str
     inputs: list[str]
     outputs: list[str]
     attrs: dict[str, AttrValue] = field(default_factory=dict)
     source: str = ""
+    source_name: str = ""
+
+    @property
+    def label(self) -> str:
+        """The name users see: the source's name for the layer, else the graph's own (nodes no source layer made)."""
+        return self.source_name or self.name
 
     def copy(self, **changes: Any) -> Node:
         fields = {

@@ -163,7 +163,7 @@ def _size_estimate(graph: Graph) -> int:
 
     tensors = sum(256 + 2 * len(t.name) + 8 * len(t.shape) + len(t.layout) + attrs(t.attrs) + (t.data.nbytes if t.data is not None else 0)
                   + (8 * len(t.quant.scale) + 64 if t.quant is not None else 0) for t in graph.tensors.values())
-    nodes = sum(256 + len(n.name) + len(n.op) + len(n.source) + sum(16 + len(i) for i in n.inputs + n.outputs) + attrs(n.attrs)
+    nodes = sum(256 + len(n.name) + len(n.op) + len(n.source) + len(n.source_name) + sum(16 + len(i) for i in n.inputs + n.outputs) + attrs(n.attrs)
                 for n in graph.nodes)
     return 4096 + tensors + nodes + attrs(graph.meta) + sum(16 + len(i) for i in graph.inputs + graph.outputs)
 
@@ -280,6 +280,7 @@ def _node(b: flatbuffers.Builder, n: Node) -> int:
     outputs = _strings(b, n.outputs)
     attrs = _attrs(b, n.attrs)
     source = b.CreateString(n.source)
+    source_name = b.CreateString(n.source_name)
     FbNode.Start(b)
     FbNode.AddName(b, name)
     FbNode.AddOp(b, op)
@@ -287,6 +288,7 @@ def _node(b: flatbuffers.Builder, n: Node) -> int:
     FbNode.AddOutputs(b, outputs)
     FbNode.AddAttrs(b, attrs)
     FbNode.AddSource(b, source)
+    FbNode.AddSourceName(b, source_name)
     return FbNode.End(b)
 
 
@@ -347,6 +349,7 @@ def _graph(root: FbGraph.Graph) -> Graph:
                 outputs=[_str(n.Outputs(j)) for j in range(n.OutputsLength())],
                 attrs=_read_attrs(n.AttrsLength(), n.Attrs),
                 source=_str(n.Source()),
+                source_name=_str(n.SourceName()),
             )
         )
     g.inputs = [_str(root.Inputs(i)) for i in range(root.InputsLength())]

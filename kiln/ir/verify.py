@@ -47,7 +47,7 @@ def verify(graph: Graph, levels: tuple[str, ...] = ("source", "kernel")) -> None
         defined.add(name)
     names = set()
     for index, node in enumerate(graph.nodes):
-        where = node_context(index, node.name, node.op)
+        where = node_context(index, node.name, node.op, node.source, node.source_name)
         if node.name in names:
             raise VerifyError(f"{where}: duplicate node name")
         names.add(node.name)

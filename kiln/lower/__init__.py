@@ -62,7 +62,7 @@ def lower(graph: Graph, config: dict) -> Graph:
     lowered = []
     for index, node in enumerate(g.nodes):
         rule = rules.get(node.op)
-        where = node_context(index, node.name, node.op, node.source)
+        where = node_context(index, node.name, node.op, node.source, node.source_name)
         if rule is None:
             raise KilnError(f"{where}: no kernel for this op in profile {profile!r}")
         try:

@@ -39,5 +39,5 @@ def check(graph: Graph, source: Graph, disabled: list[str]) -> None:
         if dtype and dtype not in ("float32", "int8"):
             reason = f"computes on {dtype} values at run time (only float tensors reach the kernels)"
         note = f" (disabled passes: {', '.join(disabled)})" if disabled else ""
-        where = node_context(index.get(node.name, i), node.name, node.op, node.source)
+        where = node_context(index.get(node.name, i), node.name, node.op, node.source, node.source_name)
         raise KilnError(f"{where}: cannot be brought to kernel form: {node.op} {reason}{note}")

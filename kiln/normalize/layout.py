@@ -37,8 +37,8 @@ def transposed_constant(rw: Rewriter, name: str, perm: list[int], layout: str = 
     return rw.constant(f"{name}/{layout.lower() or 'transposed'}", np.transpose(t.data, perm), quant=transpose_quant(t.quant, perm), layout=layout)
 
 
-def transpose_node(rw: Rewriter, base: str, x: str, y: str, perm: list[int], source: str) -> Node:
-    return rw.node(base, "transpose", [x], [y], {"perm": list(perm)}, source)
+def transpose_node(rw: Rewriter, base: str, x: str, y: str, perm: list[int], origin: Node) -> Node:
+    return rw.node(base, "transpose", [x], [y], {"perm": list(perm)}, origin)
 
 
 def wrap_nhwc(rw: Rewriter, node: Node, build: Callable[[str, str], list[Node]]) -> list[Node]:
@@ -46,8 +46,8 @@ def wrap_nhwc(rw: Rewriter, node: Node, build: Callable[[str, str], list[Node]])
     x, y = rw.tensor(node.inputs[0]), rw.tensor(node.outputs[0])
     xt = rw.tensor_like(f"{x.name}/nhwc", permuted(x.shape, TO_NHWC), x.dtype, transpose_quant(x.quant, TO_NHWC))
     yt = rw.tensor_like(f"{y.name}/nhwc", permuted(y.shape, TO_NHWC), y.dtype, transpose_quant(y.quant, TO_NHWC))
-    into = transpose_node(rw, f"{node.name}/to_nhwc", x.name, xt, TO_NHWC, node.source)
-    back = transpose_node(rw, f"{node.name}/to_nchw", yt, y.name, TO_NCHW, node.source)
+    into = transpose_node(rw, f"{node.name}/to_nhwc", x.name, xt, TO_NHWC, node)
+    back = transpose_node(rw, f"{node.name}/to_nchw", yt, y.name, TO_NCHW, node)
     return [into, *build(xt, yt), back]
 
 

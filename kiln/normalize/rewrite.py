@@ -147,13 +147,14 @@ class Rewriter:
             self.outputs = [new if o == old else o for o in self.outputs]
             self.changed = True
 
-    def node(self, base: str, op: str, inputs: list[str], outputs: list[str], attrs: dict[str, Any], source: str = "") -> Node:
-        """A new node named after `base` (unique in the graph); the caller splices it in."""
+    def node(self, base: str, op: str, inputs: list[str], outputs: list[str], attrs: dict[str, Any], origin: Node) -> Node:
+        """A new node named after `base` (unique in the graph), part of `origin`'s layer: it keeps `origin`'s source
+        text and source name. The caller splices it in."""
         if self._node_names is None:
             self._node_names = {n.name for n in self._source.nodes}
         name = unique_name(base, self._node_names)
         self._node_names.add(name)
-        return Node(name, op, inputs, outputs, attrs, source)
+        return Node(name, op, inputs, outputs, attrs, origin.source, origin.source_name)
 
     def tensor_like(self, base: str, shape: tuple[int, ...], dtype: str, quant: QuantParams | None = None, layout: str = "") -> str:
         return self._add(Tensor(unique_name(base, self._tensors), shape, dtype, layout, quant))

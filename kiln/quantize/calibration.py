@@ -195,7 +195,7 @@ def _check_constants(graph: Graph) -> None:
             t = graph.tensors.get(name)
             if t is not None and t.is_constant and t.dtype == "float32" and not np.isfinite(t.data).all():
                 bad = "NaN" if np.isnan(t.data).any() else "infinity"
-                raise KilnError(f"constant {name!r} (an input of {node_context(index, node.name, node.op, node.source)}) "
+                raise KilnError(f"constant {name!r} (an input of {node_context(index, node.name, node.op, node.source, node.source_name)}) "
                                 f"holds {bad}; the float model has no finite range to calibrate")
 
 

@@ -66,7 +66,7 @@ def _is_float(t: Tensor) -> bool:
 def _runs_int8(graph: Graph, node: Node, int8_values: set[str], qdq: bool, index: int) -> bool:
     if not qdq:
         if node.op in FLOAT_ONLY:
-            raise KilnError(f"{node_context(index, node.name, node.op, node.source)}: no int8 kernel; keep it in a float "
+            raise KilnError(f"{node_context(index, node.name, node.op, node.source, node.source_name)}: no int8 kernel; keep it in a float "
                             "island of a QDQ model, or build the model in float (quant.mode = \"none\")")
         return True
     if node.op in FLOAT_ONLY:
@@ -225,16 +225,17 @@ def _pin_fixed_output(graph: Graph, plan: Plan, groups: Groups, node: Node) -> N
     groups.fixed.add(root)
 
 
-def _clamp_node(graph: Graph, base: str, src: str, dst: str) -> Node:
-    name = graph.unique_node_name(f"{base}_requantize")
-    return Node(name, "clamp", [src], [dst], {"act_min": -math.inf, "act_max": math.inf})
+def _clamp_node(graph: Graph, node: Node, src: str, dst: str) -> Node:
+    """A requantizing clamp on an edge of `node`: part of `node`'s layer."""
+    name = graph.unique_node_name(f"{node.name}_requantize")
+    return Node(name, "clamp", [src], [dst], {"act_min": -math.inf, "act_max": math.inf}, node.source, node.source_name)
 
 
 def insert_requantize_before(graph: Graph, node: Node, index: int) -> str:
     """Feed `node` input `index` through a requantizing clamp; returns the clamp's output name."""
     src = node.inputs[index]
     dst = graph.add_tensor(graph.tensors[src].copy(name=graph.unique_tensor_name(f"{src}_requantized"), quant=None, data=None)).name
-    graph.nodes.insert(graph.nodes.index(node), _clamp_node(graph, node.name, src, dst))
+    graph.nodes.insert(graph.nodes.index(node), _clamp_node(graph, node, src, dst))
     node.inputs[index] = dst
     return dst
 
@@ -247,7 +248,7 @@ def insert_requantize_after(graph: Graph, node: Node, out: str) -> str:
     graph.tensors[out] = t.copy(quant=None)
     users = [n for n in graph.nodes if out in n.inputs]
     graph.replace_uses(out, dst, users)
-    graph.nodes.insert(graph.nodes.index(node) + 1, _clamp_node(graph, node.name, out, dst))
+    graph.nodes.insert(graph.nodes.index(node) + 1, _clamp_node(graph, node, out, dst))
     return dst
 
 

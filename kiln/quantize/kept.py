@@ -77,12 +77,14 @@ def load_samples(build: Path) -> Samples:
     return Samples(inputs, source if inputs else "")
 
 
-def report_inputs(graph: Graph, kept: Samples, count: int, seed: int = 0) -> tuple[dict[str, np.ndarray], str]:
+def report_inputs(graph: Graph, kept: Samples, count: int | None = None, seed: int = 0) -> tuple[dict[str, np.ndarray], str]:
     """Up to `count` samples per input for a report, and the words that say what they are.
 
     The kept calibration samples when there are any; otherwise seeded normal
-    noise, which the description names as such.
+    noise, which the description names as such. Every report measures on all
+    the samples kept (KEPT of noise) unless told otherwise, so their figures agree.
     """
+    count = KEPT if count is None else count
     if kept.count:
         n = min(count, kept.count)
         taken = {name: kept.inputs[name][:n] for name in graph.inputs}

@@ -4,8 +4,9 @@ For every int8 activation that the float graph also has (matched by name),
 the SQNR of its dequantized int8 values (integer reference) against the float
 values (float reference), accumulated over all samples; the same for the
 graph outputs; top-1 agreement of the first output; and the float range each
-int8 tensor's parameters represent, and its position in the graph
-(`index`: inputs first, then node outputs in order). The dict is JSON-serializable;
+int8 tensor's parameters represent, the layer that writes it (its name in the
+source model) and its position in the graph (`index`: inputs first, then node
+outputs in order). The dict is JSON-serializable;
 `format_report` renders it as a table.
 """
 from __future__ import annotations
@@ -93,6 +94,7 @@ def _tensor_entry(graph: Graph, name: str, producers: dict, sqnr: float | None) 
     node = producers.get(name)
     return {
         "op": node.op if node is not None else "input",
+        "layer": node.label if node is not None else "",
         "scale": scale,
         "zero_point": zp,
         "range": [scale * (-128 - zp), scale * (127 - zp)],
@@ -109,13 +111,14 @@ def format_report(rep: dict[str, Any]) -> str:
     """A readable table: one row per compared tensor in graph order, then the summary line."""
     if "note" in rep:
         return f"model {rep['model']}: {rep['note']}\n"
-    rows = [("tensor", "op", "scale", "zp", "range", "SQNR dB")]
+    rows = [("tensor", "layer", "op", "scale", "zp", "range", "SQNR dB")]
     for name in sorted(rep["tensors"], key=lambda n: rep["tensors"][n]["index"]):
         e = rep["tensors"][name]
         sqnr = "exact" if e["sqnr_db"] is None else f"{e['sqnr_db']:.2f}"
-        rows.append((name, e["op"], f"{e['scale']:.6g}", str(e["zero_point"]), f"[{e['range'][0]:.4g}, {e['range'][1]:.4g}]", sqnr))
+        layer = e["layer"] if e["layer"].isprintable() else repr(e["layer"])  # a model file's name cannot drive the terminal
+        rows.append((name, layer, e["op"], f"{e['scale']:.6g}", str(e["zero_point"]), f"[{e['range'][0]:.4g}, {e['range'][1]:.4g}]", sqnr))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) if i < 2 or i == 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+    lines = ["  ".join(c.ljust(w) if i < 3 or i == 5 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
     outs = ", ".join(f"{n} {'exact' if v is None else f'{v:.2f} dB'}" for n, v in sorted(rep["outputs"].items()))
     lines.append(f"model {rep['model']}: output SQNR {outs}, top-1 agreement {100 * rep['top1_agreement']:.2f}% "
                  f"over {rep['inputs']}")

@@ -23,7 +23,7 @@ def rewrite(graph: Graph, plan: Plan, params: dict[str, QuantParams], per_channe
         if node.name not in plan.int8_nodes:
             continue
         if node.op in WEIGHTED:
-            where = node_context(index, node.name, node.op, node.source)
+            where = node_context(index, node.name, node.op, node.source, node.source_name)
             _quantize_weighted(edit, node, params[node.inputs[0]], per_channel, where)
     for name in sorted(plan.quantized):
         _retype(edit, plan, name, params[name])
@@ -42,10 +42,14 @@ class _Edit:
         self.before: dict[int, list[Node]] = {}  # id of a graph node -> nodes to put before it, in order
         self.after: dict[int, list[Node]] = {}  # ... and after it
 
-    def new_node(self, base: str, op: str, inputs: list[str], outputs: list[str], attrs: dict | None = None) -> Node:
+    def new_node(self, base: str, op: str, inputs: list[str], outputs: list[str], attrs: dict | None = None,
+                 origin: Node | None = None) -> Node:
+        """A node named after `base`; part of `origin`'s layer (its source text and name) when given."""
         name = unique_name(base, self.node_names)
         self.node_names.add(name)
         node = Node(name, op, inputs, outputs, attrs or {})
+        if origin is not None:
+            node.source, node.source_name = origin.source, origin.source_name
         self.uses.add(node)
         return node
 
@@ -126,7 +130,7 @@ def _retype(edit: _Edit, plan: Plan, name: str, params: QuantParams) -> None:
         edit.change(producer, outputs=[twin if o == name else o for o in producer.outputs])
         _use(edit, float_users, name, twin)
         graph.tensors[name] = t.copy(dtype="int8", quant=params)
-        edit.insert_after(producer, edit.new_node(f"{name}_quantize", "quantize", [twin], [name], {"to": "int8"}))
+        edit.insert_after(producer, edit.new_node(f"{name}_quantize", "quantize", [twin], [name], {"to": "int8"}, producer))
         return
     data = None if t.data is None else quantize_array(t.data, params, what=f"constant {name!r}")
     graph.tensors[name] = t.copy(dtype="int8", quant=params, data=data)
@@ -136,7 +140,7 @@ def _retype(edit: _Edit, plan: Plan, name: str, params: QuantParams) -> None:
         if t.is_constant:
             graph.tensors[twin] = graph.tensors[twin].copy(data=t.data)
             return
-        node = edit.new_node(f"{name}_dequantize", "dequantize", [name], [twin])
+        node = edit.new_node(f"{name}_dequantize", "dequantize", [name], [twin], {}, producer)
         if producer is not None:
             edit.insert_after(producer, node)
         else:

@@ -94,7 +94,7 @@ def run_batch(graph: Graph, feeds: dict[str, np.ndarray], table: dict[str, Impl]
     for index, node in enumerate(graph.nodes):
         fn = table.get(node.op)
         if fn is None:
-            raise KilnError(f"{node_context(index, node.name, node.op, node.source)}: no reference implementation")
+            raise KilnError(f"{node_context(index, node.name, node.op, node.source, node.source_name)}: no reference implementation")
         outs = _run_node(graph, node, fn, values, constants, samples)
         for name, arr in zip(node.outputs, outs):
             values[name] = arr

@@ -31,7 +31,7 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], table: dict[str, Impl] | Non
     for index, node in enumerate(graph.nodes):
         fn = table.get(node.op)
         if fn is None:
-            raise KilnError(f"{node_context(index, node.name, node.op, node.source)}: no reference implementation")
+            raise KilnError(f"{node_context(index, node.name, node.op, node.source, node.source_name)}: no reference implementation")
         outs = fn(node, [values[i] if i else None for i in node.inputs])
         for name, arr in zip(node.outputs, outs):
             t = graph.tensors[name]

@@ -56,7 +56,7 @@ def _dispatch(int8_fn: Int8Impl | None, float_fn, graph: Graph, node: Node, ins:
 
 
 def _error(graph: Graph, node: Node, reason: str) -> KilnError:
-    return KilnError(f"{node_context(graph.nodes.index(node), node.name, node.op, node.source)}: {reason}")
+    return KilnError(f"{node_context(graph.nodes.index(node), node.name, node.op, node.source, node.source_name)}: {reason}")
 
 
 def qparams(t: Tensor) -> tuple[float, int]:

@@ -1,14 +1,17 @@
 """`kiln build-report`: one self-contained HTML page describing every model built under a build root.
 
-Per model: the layer table (op, kernel symbol, shapes, arena offset and
-bytes, MACs, SQNR of the int8 output against float, Cortex-M4 instructions
-when a Cortex-M4 build exists), the arena occupancy over the schedule as an
-inline SVG plot with the peak marked, the buffer placement map (arena offset
-by schedule step, one box per tensor), and the size breakdown (weights,
-arena, code). Rows that miss a floor (`kiln.report.data`) are highlighted;
-the pictures and tables fit the window's width. The page has no script, no external file
-and no timestamp: the same build gives the same bytes. Every name taken from
-a model goes through jinja2's autoescaping.
+Per model: the layer table (each layer by its name in the source model and
+Kiln's node name, op, kernel symbol, shapes, arena offset and bytes, MACs,
+SQNR of the int8 output against float, Cortex-M4 instructions when a
+Cortex-M4 image of the model exists), the arena occupancy over the schedule
+and the buffer placement map as inline SVG charts (`kiln.report.plot`: titled,
+axes in bytes, every step and buffer named on the chart), and the size
+breakdown of the model's firmware image, or of its compiled object alone,
+which the page says. SQNR is measured on every calibration sample the build
+keeps, as `kiln report` does by default, so the two give the same figures.
+Rows that miss a floor (`kiln.report.data`) are highlighted. The page has no
+script, no external file and no timestamp: the same build gives the same
+bytes. Every name taken from a model goes through jinja2's autoescaping.
 """
 from __future__ import annotations
 
@@ -22,14 +25,13 @@ from kiln.report.data import LAYER_SQNR_FLOOR_DB, ModelReport, gather
 from kiln.report.plot import placement, timeline
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-SAMPLES = 8
 
 
 def built_models(root: Path) -> list[Path]:
     """The model folders under `root` that hold a planned graph, sorted by name."""
     builds = sorted(p.parent for p in root.glob("*/planned.kir"))
     if not builds:
-        raise KilnError(f"{root}: no built models (run scons first)")
+        raise KilnError(f"{root}: no built models (no folder in it holds a planned.kir)")
     return builds
 
 
@@ -42,7 +44,8 @@ def render(title: str, models: list[ModelReport]) -> str:
         models=[(m, timeline(m), placement(m)) for m in models])
 
 
-def build_report(root: Path, samples: int = SAMPLES) -> str:
-    """The HTML page for the models built under `root`, each measured on up to `samples` of its kept samples."""
+def build_report(root: Path, samples: int | None = None) -> str:
+    """The HTML page for the models built under `root`, each measured on up to `samples` of its kept samples
+    (all of them by default, as `kiln report`)."""
     reports = [gather(b, samples) for b in built_models(root)]
     return render(f"Kiln build report: {root.as_posix()}", reports)

@@ -1,13 +1,15 @@
 """What the build report shows of one built model: its layers, the arena over the schedule, and its sizes.
 
 Everything is read from the model's build folder: `planned.kir` (schedule,
-kernel symbols, arena offsets), `normalized.kir` and `quantized.kir` with the
-calibration samples the build keeps (per-layer SQNR, as `kiln report` measures it), the
-generated header (weight bytes), and the compiled model — the Cortex-M4
-image `<model>.elf` when that target was built, else the host object
-`<model>.o`. When a Cortex-M4 build of the model exists (this build root's
-or the `cortex-m4` one beside it) and QEMU is installed, each layer's
-Cortex-M4 instructions come from running that image on the first kept sample.
+kernel symbols, arena offsets, each layer's name in the source model),
+`normalized.kir` and `quantized.kir` with the calibration samples the build
+keeps (per-layer SQNR, as `kiln report` measures it), the generated header
+(weight bytes), and the compiled model — its firmware image `<model>.elf`
+(this build root's, else the Cortex-M4 one) when one was linked, else its
+object `<model>.o` alone. When a Cortex-M4 build of the model exists (this
+build root's or the `cortex-m4` one beside it) and QEMU is installed, each
+layer's Cortex-M4 instructions come from running that image on the first
+kept sample.
 
 Floors: a layer whose int8 output is below `LAYER_SQNR_FLOOR_DB` against
 float, and a model whose output is below `OUTPUT_SQNR_FLOOR_DB` or whose
@@ -38,12 +40,14 @@ from kiln.target.size import size_report
 LAYER_SQNR_FLOOR_DB = 20.0  # a layer that loses more than 1% of its signal power to quantization
 OUTPUT_SQNR_FLOOR_DB = 20.0
 ARENA_RATIO_CEILING = 1.05  # the arena against the largest sum of simultaneously live bytes
+MACHINES = {3: "x86", 40: "Arm", 62: "x86-64", 183: "AArch64", 243: "RISC-V"}  # ELF e_machine codes
 
 
 @dataclass(frozen=True)
 class Layer:
     index: int
-    name: str
+    name: str  # the node's name in Kiln's graph
+    label: str  # the layer's name in the source model (`Node.label`)
     op: str
     kernel: str  # "" for an alias (reshape-like: no code runs)
     inputs: list[str]  # activation shapes
@@ -68,6 +72,8 @@ class Step:
     index: int
     node: str
     live_bytes: int
+    label: str  # the node's layer, as the source model names it
+    op: str
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class Buffer:
     last: int
     offset: int
     nbytes: int
+    label: str  # what the chart calls it: the layer that writes it (and which of its buffers), or the model input
 
 
 @dataclass(frozen=True)
@@ -119,7 +126,7 @@ class ModelReport:
         return failed
 
 
-def gather(build: Path, samples: int) -> ModelReport:
+def gather(build: Path, samples: int | None = None) -> ModelReport:
     """The report of the model built in `build`, its SQNR over up to `samples` of the calibration samples kept there."""
     planned, normalized, quantized = (load(build / f"{a}.kir", a) for a in ("planned", "normalized", "quantized"))
     rep = report(normalized, quantized, *report_inputs(normalized, load_samples(build), samples))
@@ -153,19 +160,25 @@ def tiling_text(planned: Graph) -> str:
     return text + f"; kernel scratch: {meta['scratch_level']}"
 
 
+def cortex_m4_build(build: Path) -> Path:
+    """The folder of this model's Cortex-M4 build: in this build root, or in the `cortex-m4` one beside it."""
+    root = build.parent
+    return (root if root.name == "cortex-m4" else root.parent / "cortex-m4") / build.name
+
+
 def m4_layers(build: Path, planned: Graph) -> tuple[dict[int, int], str]:
     """Each kernel layer's Cortex-M4 instructions (node index -> count) from this model's Cortex-M4 image, run
     under QEMU on the first kept sample; empty (and why) when there is no image, no QEMU, or another graph."""
     root = build.parent
-    cortex = (root if root.name == "cortex-m4" else root.parent / "cortex-m4") / build.name
+    cortex = cortex_m4_build(build)
     elf = cortex / f"{build.name}.elf"
     if not elf.is_file() or not (cortex / "planned.kir").is_file():
-        return {}, "no Cortex-M4 build of this model (scons target=cortex-m4)"
+        return {}, "none, no Cortex-M4 firmware image of this model was found"
     if shutil.which("qemu-system-arm") is None:
         return {}, "qemu-system-arm not found"
     image_graph, quantized = load(cortex / "planned.kir", "planned"), load(cortex / "quantized.kir", "quantized")
     if [n.name for n in image_graph.nodes] != [n.name for n in planned.nodes]:
-        return {}, f"{elf} was built from another graph (rebuild target=cortex-m4)"
+        return {}, f"none, {elf.relative_to(root.parent).as_posix()} was built from another graph than this build's (it is out of date)"
     sample = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(cortex).inputs, 1))
     run = qemu.run_firmware(elf, image_graph, sample, layers=True)
     return {lc.index: lc.instructions for lc in run.layers}, f"{elf.relative_to(root.parent).as_posix()} under QEMU, first kept sample"
@@ -181,7 +194,7 @@ def _layer(graph: Graph, index: int, sqnr: dict[str, float | None], m4: int | No
     out = graph.tensors[node.outputs[0]]
     acts = [i for i in node.inputs if i and not graph.tensors[i].is_constant]
     return Layer(
-        index=index, name=node.name, op=node.op, kernel=str(node.attrs.get("kernel", "")),
+        index=index, name=node.name, label=node.label, op=node.op, kernel=str(node.attrs.get("kernel", "")),
         inputs=[_shape(graph, i) for i in acts], output=_shape(graph, node.outputs[0]),
         memory=str(out.attrs.get("memory", "arena")), offset=int(out.attrs.get("offset", 0)), nbytes=out.nbytes,
         macs=node_macs(graph, node), compared=node.outputs[0] in sqnr, sqnr_db=sqnr.get(node.outputs[0]),
@@ -222,23 +235,25 @@ def buffers(graph: Graph) -> list[Buffer]:
     def step_span(step: int) -> tuple[int, int]:
         return (start, last) if start <= step <= last else (step, step)
 
-    out = [Buffer(n, *spans[n], int(t.attrs["offset"]), int(t.attrs.get("tile_bytes", t.nbytes)))
+    writers = graph.producers()
+    out = [Buffer(n, *spans[n], int(t.attrs["offset"]), int(t.attrs.get("tile_bytes", t.nbytes)),
+                  writers[n].label if n in writers else f"input {n}")
            for n, t in graph.tensors.items() if t.attrs.get("memory") == "arena" and n in spans]
     align = int(graph.meta.get("alignment", 1))
     for step, node in enumerate(graph.nodes):
         for pos, offset in enumerate(node.attrs.get("lz4_scratch", [])):
             if int(offset) >= 0:
                 out.append(Buffer(f"{node.name}#scratch{pos}", *step_span(step), int(offset),
-                                  round_up(graph.tensors[node.inputs[pos]].nbytes, align)))
+                                  round_up(graph.tensors[node.inputs[pos]].nbytes, align), f"{node.label} weights {pos}"))
         if int(node.attrs.get("scratch", -1)) >= 0:
             out.append(Buffer(f"{node.name}#scratch", *step_span(step), int(node.attrs["scratch"]),
-                              round_up(_scratch_bytes(node), align)))
+                              round_up(_scratch_bytes(node), align), f"{node.label} scratch"))
         if "tile_gather_bytes" in node.attrs:
             out.append(Buffer(f"{node.name}#patch", *step_span(step), int(node.attrs["tile_gather_to"]),
-                              int(node.attrs["tile_gather_bytes"])))
+                              int(node.attrs["tile_gather_bytes"]), f"{node.label} patch"))
         if "tile_scatter_bytes" in node.attrs:
             out.append(Buffer(f"{node.name}#tile", *step_span(step), int(node.attrs["tile_scatter_from"]),
-                              int(node.attrs["tile_scatter_bytes"])))
+                              int(node.attrs["tile_scatter_bytes"]), f"{node.label} tile"))
     return sorted(out, key=lambda b: (b.first, b.offset, b.name))
 
 
@@ -257,7 +272,7 @@ def timeline(graph: Graph) -> list[Step]:
     Aliases and in-place results share their input's bytes, and the union counts those bytes once.
     """
     ranges = [(b.first, b.last, b.offset, b.offset + b.nbytes) for b in buffers(graph)]
-    return [Step(s, node.name, _union([(lo, hi) for b, d, lo, hi in ranges if b <= s <= d]))
+    return [Step(s, node.name, _union([(lo, hi) for b, d, lo, hi in ranges if b <= s <= d]), node.label, node.op)
             for s, node in enumerate(graph.nodes)]
 
 
@@ -271,23 +286,36 @@ def _union(intervals: list[tuple[int, int]]) -> int:
 
 
 def sizes_of(build: Path, planned: Graph) -> tuple[list[SizeRow], str]:
-    """Weights, arena and code bytes: from the Cortex-M4 image when built, else from the host object."""
+    """Weights, arena and code bytes, and a sentence saying what they were read from: the model's firmware image
+    (this build root's, else the Cortex-M4 one whose per-layer instructions the page shows), else its compiled
+    object alone, which says nothing of a microcontroller's flash and RAM when it is the host's."""
     header = (build / f"{build.name}.h").read_text()
     weights = int(re.search(r"_WEIGHT_BYTES (\d+)u", header).group(1))
     rows = [SizeRow("weights (generated constants)", weights), SizeRow("arena", int(planned.meta["arena_size"]))]
-    elf, obj = build / f"{build.name}.elf", build / f"{build.name}.o"
-    if elf.is_file():
+    images = [f / f"{build.name}.elf" for f in (build, cortex_m4_build(build))]
+    elf = next((e for e in images if e.is_file()), None)
+    obj = build / f"{build.name}.o"
+    if elf is not None:
         image = size_report(elf)
         rows += [SizeRow("code (.text, whole image)", image.code), SizeRow("flash (whole image)", image.flash),
                  SizeRow("RAM (whole image)", image.ram)]
         rows += [SizeRow(f"flash: {part}", b["flash"]) for part, b in image.parts.items()]
-        return rows, f"{elf.name} (Cortex-M4 image)"
+        return rows, f"From the {image.target} firmware image {elf.relative_to(build.parent.parent).as_posix()}."
     if obj.is_file():
         sections = object_sections(obj)
         rows += [SizeRow("code (.text of the model object)", _sum(sections, ".text")),
                  SizeRow("read-only data (.rodata of the model object)", _sum(sections, ".rodata"))]
-        return rows, f"{obj.name} (host object)"
-    return rows, "the generated header and the planned graph (no compiled object)"
+        return rows, (f"No firmware image of this model was found, only its compiled object {obj.name} ({machine(obj)} code): "
+                      "the code and data below are that object's alone, not a microcontroller image's flash and RAM.")
+    return rows, "No compiled code of this model was found: the weights and arena come from its generated header and plan."
+
+
+def machine(obj: Path) -> str:
+    """The processor an ELF object file was compiled for (from its header), or "unknown" for another format."""
+    head = obj.read_bytes()[:20]
+    if head[:4] != b"\x7fELF" or len(head) < 20:
+        return "unknown"
+    return MACHINES.get(int.from_bytes(head[18:20], "little" if head[5] == 1 else "big"), "unknown")
 
 
 def object_sections(obj: Path) -> dict[str, int]:

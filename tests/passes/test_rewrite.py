@@ -42,7 +42,7 @@ def test_indexes_follow_every_kind_of_edit_and_the_input_stays_untouched() -> No
     names = list(g.tensors) + ["m2"]
     _indexes_agree(rw, names)
     assert rw.only_user("s_out", g.node("m")) and not rw.only_user("t_out", g.node("add"))  # Add(t, t) reads t twice
-    rw.replace(g.node("s"), [rw.node("s", "Tanh", ["a_out"], ["s_out"], {})])
+    rw.replace(g.node("s"), [rw.node("s", "Tanh", ["a_out"], ["s_out"], {}, g.node("s"))])
     _indexes_agree(rw, names)
     rw.replace_uses("m_out", "a_out")  # t and nothing else read m: t is edited in place
     _indexes_agree(rw, names)
@@ -63,7 +63,7 @@ def test_walk_yields_edited_nodes_as_edited_and_skips_replaced_ones() -> None:
     for node in rw.walk():
         seen.append((node.name, node.op, list(node.inputs)))
         if node.name == "a":
-            rw.replace(g.node("s"), [rw.node("s2", "Tanh", ["a_out"], ["s_out"], {})])  # not walked: new
+            rw.replace(g.node("s"), [rw.node("s2", "Tanh", ["a_out"], ["s_out"], {}, g.node("s"))])  # not walked: new
             rw.replace_uses("a_out", "x")  # m is edited ahead of the walk
     assert seen == [("a", "Relu", ["x"]), ("m", "Mul", ["x", "s_out"]), ("t", "Tanh", ["m_out"]), ("add", "Add", ["t_out", "t_out"])]
 
@@ -71,8 +71,16 @@ def test_walk_yields_edited_nodes_as_edited_and_skips_replaced_ones() -> None:
 def test_names_of_new_nodes_and_tensors_are_unique_and_constants_are_shared() -> None:
     g = _chain()
     rw = Rewriter(g)
-    assert [rw.node("a", "Relu", [], [], {}).name for _ in range(2)] == ["a_1", "a_2"]
+    assert [rw.node("a", "Relu", [], [], {}, g.node("a")).name for _ in range(2)] == ["a_1", "a_2"]
     assert rw.tensor_like("a_out", (1,), "float32") == "a_out_1"
     c = rw.constant("k", np.ones(3, np.float32))
     assert rw.constant("k", np.ones(3, np.float32)) == c and rw.constant("k", np.zeros(3, np.float32)) == "k_1"
     assert "k" not in g.tensors  # added to the rewriter's tensors, not the input's
+
+
+def test_a_new_node_belongs_to_the_layer_it_was_made_for() -> None:
+    """A node a rewrite adds keeps the source text and the source model's layer name of the node it stands in for."""
+    g = _chain()
+    g.nodes[1] = g.node("s").copy(source="model.py: s = torch.sigmoid(a)", source_name="block.gate")
+    new = Rewriter(g).node("s/to_nhwc", "transpose", ["a_out"], ["s_t"], {"perm": [1, 0]}, g.node("s"))
+    assert (new.source, new.source_name, new.label) == ("model.py: s = torch.sigmoid(a)", "block.gate", "block.gate")

@@ -75,6 +75,7 @@ class Converter:
     alias: dict[str, str] = field(default_factory=dict)
     pending: dict[str, PendingQuantize] = field(default_factory=dict)
     clamped: set[str] = field(default_factory=set)  # run-time tensors known to lie inside their quantization range
+    layer: str = ""  # the name of the ONNX node being converted: the source name of every node it becomes
 
     # -- names and values --------------------------------------------------
     def resolve(self, name: str) -> str:
@@ -126,7 +127,7 @@ class Converter:
         opdef = OPS[op]
         if ins and ins[0] is not None and ins[0].dtype not in opdef.dtypes:
             raise Unsupported(f"input dtype {ins[0].dtype} (Kiln's {op} takes {', '.join(sorted(opdef.dtypes))})")
-        node = Node(name, op, [self.resolve(i) if i else "" for i in inputs], list(outputs), attrs)
+        node = Node(name, op, [self.resolve(i) if i else "" for i in inputs], list(outputs), attrs, source_name=self.layer)
         try:
             inferred = opdef.infer(node, ins)
         except OpError as exc:

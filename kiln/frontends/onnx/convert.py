@@ -84,6 +84,7 @@ def convert_nodes(cx: Converter, nodes: list[OnnxNode], skip: set[int], onnx_sha
         if n.index in skip or any(i in failed for i in n.inputs):
             failed.update(n.outputs)
             continue
+        cx.layer = n.name
         try:
             if n.op_type in HANDLERS:
                 HANDLERS[n.op_type](cx, n)

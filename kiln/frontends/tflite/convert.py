@@ -93,8 +93,11 @@ class Converter:
         return [int(v) for v in t.data.ravel()]
 
     def emit(self, op: TflOperator, kind: str, inputs: list[str], outputs: list[str], attrs: dict | None = None, part: str = "") -> None:
+        """A node for (part of) operator `op`, named in the source as Netron names the operator: by its output tensor."""
         name = f"{op.code.lower()}_{op.index}" + (f"_{part}" if part else "")
-        self.graph.nodes.append(Node(self.graph.unique_node_name(name), kind, inputs, outputs, attrs or {}, source=f"operator {op.index} {op.code}"))
+        source_name = self.info(op.outputs[0]).name if op.outputs else ""
+        self.graph.nodes.append(Node(self.graph.unique_node_name(name), kind, inputs, outputs, attrs or {},
+                                     source=f"operator {op.index} {op.code}", source_name=source_name))
 
     def temp(self, like: int, shape: tuple[int, ...], suffix: str) -> str:
         """A new activation tensor with tensor `like`'s type and parameters and another shape."""

@@ -114,7 +114,14 @@ class Node(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def NodeStart(builder): builder.StartObject(6)
+    # Node
+    def SourceName(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def NodeStart(builder): builder.StartObject(7)
 def Start(builder):
     return NodeStart(builder)
 def NodeAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -144,6 +151,9 @@ def StartAttrsVector(builder, numElems):
 def NodeAddSource(builder, source): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(source), 0)
 def AddSource(builder, source):
     return NodeAddSource(builder, source)
+def NodeAddSourceName(builder, sourceName): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(sourceName), 0)
+def AddSourceName(builder, sourceName):
+    return NodeAddSourceName(builder, sourceName)
 def NodeEnd(builder): return builder.EndObject()
 def End(builder):
     return NodeEnd(builder)

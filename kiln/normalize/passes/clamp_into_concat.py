@@ -32,7 +32,7 @@ def run(graph: Graph) -> tuple[Graph, bool]:
         for i, name in enumerate(cat.inputs):
             t = rw.tensor(name)
             out = rw.tensor_like(f"{clamp.name}/in{i}", t.shape, t.dtype, layout=t.layout)
-            clamps.append(rw.node(f"{clamp.name}/in{i}", "clamp", [name], [out], dict(clamp.attrs), clamp.source))
+            clamps.append(rw.node(f"{clamp.name}/in{i}", "clamp", [name], [out], dict(clamp.attrs), clamp))
             inputs.append(out)
         rw.replace(cat, clamps + [cat.copy(inputs=inputs, outputs=list(clamp.outputs))])
         rw.remove(clamp)

@@ -28,8 +28,8 @@ def run(graph: Graph) -> tuple[Graph, bool]:
         x, y = rw.tensor(node.inputs[0]), rw.tensor(node.outputs[0])
         x2 = rw.tensor_like(f"{x.name}/2d", (x.shape[0], x.shape[1], 1, x.shape[2]), x.dtype, reshape_quant(x.quant, x.shape, x.shape[:2] + (1,) + x.shape[2:]))
         y2 = rw.tensor_like(f"{y.name}/2d", (y.shape[0], y.shape[1], 1, y.shape[2]), y.dtype, reshape_quant(y.quant, y.shape, y.shape[:2] + (1,) + y.shape[2:]))
-        up = rw.node(f"{node.name}/to_2d", "reshape", [x.name], [x2], {"shape": list(rw.tensor(x2).shape)}, node.source)
-        down = rw.node(f"{node.name}/to_1d", "reshape", [y2], [y.name], {"shape": list(y.shape)}, node.source)
+        up = rw.node(f"{node.name}/to_2d", "reshape", [x.name], [x2], {"shape": list(rw.tensor(x2).shape)}, node)
+        down = rw.node(f"{node.name}/to_1d", "reshape", [y2], [y.name], {"shape": list(y.shape)}, node)
         rw.replace(node, [up, node.copy(inputs=[x2] + inputs[1:], outputs=[y2], attrs=_attrs_2d(node)), down])
     return rw.finish()
 

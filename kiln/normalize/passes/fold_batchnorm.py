@@ -65,5 +65,5 @@ def _standalone(rw: Rewriter, bn: Node, s: np.ndarray, shift: np.ndarray) -> Non
     b = rw.constant(f"{bn.name}/shift", shift.astype(np.float32))
     mid = rw.tensor_like(f"{bn.outputs[0]}/scaled", x.shape, x.dtype)
     mul = bn.copy(op="Mul", inputs=[x.name, w], outputs=[mid], attrs={})
-    add = rw.node(bn.name + "/shift", "Add", [mid, b], list(bn.outputs), {}, bn.source)
+    add = rw.node(bn.name + "/shift", "Add", [mid, b], list(bn.outputs), {}, bn)
     rw.replace(bn, [mul, add])

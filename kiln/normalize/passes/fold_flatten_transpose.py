@@ -31,6 +31,6 @@ def run(graph: Graph) -> tuple[Graph, bool]:
         columns = np.take(w.data, order, axis=1)  # C-ordered, unlike w.data[:, order]: no second copy to make it so
         weights = rw.constant(f"{w.name}/permuted", columns, quant=permute_quant(w.quant, 1, order), layout=w.layout)
         rows = rw.tensor_like(f"{x.name}/flat", (n, f), x.dtype, reshape_quant(x.quant, x.shape, (n, f)))
-        reshape = rw.node(f"{flat.name}/flat", "reshape", [x.name], [rows], {"shape": [n, f]}, flat.source)
+        reshape = rw.node(f"{flat.name}/flat", "reshape", [x.name], [rows], {"shape": [n, f]}, flat)
         rw.replace(fc, [reshape, fc.copy(inputs=[rows, weights, *fc.inputs[2:]])])
     return rw.finish()

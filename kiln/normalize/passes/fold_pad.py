@@ -64,7 +64,7 @@ def _nhwc(rw: Rewriter, x: str, node: Node) -> tuple[str, list[Node]]:
     """A fresh NHWC transpose of NCHW tensor `x` for `node` to read."""
     t = rw.tensor(x)
     y = rw.tensor_like(f"{x}/nhwc", permuted(t.shape, TO_NHWC), t.dtype, transpose_quant(t.quant, TO_NHWC), "NHWC")
-    return y, [transpose_node(rw, f"{node.name}/to_nhwc", x, y, TO_NHWC, node.source)]
+    return y, [transpose_node(rw, f"{node.name}/to_nhwc", x, y, TO_NHWC, node)]
 
 
 def _max_pool_ok(rw: Rewriter, pad: Node, kernel: list[int], pads: list[int]) -> bool:

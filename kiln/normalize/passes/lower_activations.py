@@ -58,7 +58,7 @@ def _softmax(rw: Rewriter, node: Node) -> list[Node]:
     xt = rw.tensor_like(f"{x.name}/axis_last", permuted(x.shape, perm), x.dtype, transpose_quant(x.quant, perm))
     yt = rw.tensor_like(f"{y.name}/axis_last", permuted(y.shape, perm), y.dtype, transpose_quant(y.quant, perm))
     return [
-        transpose_node(rw, f"{node.name}/axis_last", x.name, xt, perm, node.source),
+        transpose_node(rw, f"{node.name}/axis_last", x.name, xt, perm, node),
         node.copy(op="softmax", inputs=[xt], outputs=[yt], attrs={"beta": 1.0}),
-        transpose_node(rw, f"{node.name}/axis_back", yt, y.name, inverse(perm), node.source),
+        transpose_node(rw, f"{node.name}/axis_back", yt, y.name, inverse(perm), node),
     ]

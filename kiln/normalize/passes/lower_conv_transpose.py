@@ -58,7 +58,7 @@ def _lower(rw: Rewriter, node: Node, x: str, y: str) -> list[Node]:
     attrs = {"strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 0, 0], **no_act()}
     return [
         node.copy(op="conv2d", inputs=[x, weights, bias], outputs=[pixels], attrs=attrs),
-        rw.node(f"{node.name}/taps", "reshape", [pixels], [split], {"shape": [n, h, wd, kh, kw, cout]}, node.source),
-        rw.node(f"{node.name}/place", "transpose", [split], [placed], {"perm": [0, 1, 3, 2, 4, 5]}, node.source),
-        rw.node(f"{node.name}/space", "reshape", [placed], [y], {"shape": [n, h * kh, wd * kw, cout]}, node.source),
+        rw.node(f"{node.name}/taps", "reshape", [pixels], [split], {"shape": [n, h, wd, kh, kw, cout]}, node),
+        rw.node(f"{node.name}/place", "transpose", [split], [placed], {"perm": [0, 1, 3, 2, 4, 5]}, node),
+        rw.node(f"{node.name}/space", "reshape", [placed], [y], {"shape": [n, h * kh, wd * kw, cout]}, node),
     ]

@@ -41,7 +41,7 @@ def _lower(rw: Rewriter, node: Node) -> list[Node] | None:
     flat = (*x.shape[:axis], inner)
     xf, yf = rw.tensor_like(f"{x.name}/rows", flat, x.dtype), rw.tensor_like(f"{y.name}/rows", flat, y.dtype)
     return [
-        rw.node(f"{node.name}/rows", "reshape", [x.name], [xf], {"shape": list(flat)}, node.source),
+        rw.node(f"{node.name}/rows", "reshape", [x.name], [xf], {"shape": list(flat)}, node),
         node.copy(op="layer_norm", inputs=[xf, *params], outputs=[yf], attrs=attrs),
-        rw.node(f"{node.name}/unrows", "reshape", [yf], [y.name], {"shape": list(y.shape)}, node.source),
+        rw.node(f"{node.name}/unrows", "reshape", [yf], [y.name], {"shape": list(y.shape)}, node),
     ]

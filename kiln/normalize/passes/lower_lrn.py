@@ -41,10 +41,10 @@ def _lrn(rw: Rewriter, node: Node, x: str, y: str) -> list[Node]:
     conv = {"strides": [1, 1], "dilations": [1, 1], "pads": [0, (size - 1) // 2, 0, size // 2], **no_act()}
     attrs = {"bias": float(node.attrs["bias"]), "alpha_over_size": float(node.attrs["alpha"]) / size, "beta": float(node.attrs["beta"])}
     return [
-        rw.node(f"{node.name}/square", "mul", [x, x], [squares], no_act(), node.source),
-        rw.node(f"{node.name}/rows", "reshape", [squares], [flat], {"shape": list(rows)}, node.source),
-        rw.node(f"{node.name}/window", "conv2d", [flat, ones], [sums], conv, node.source),
-        rw.node(f"{node.name}/unrows", "reshape", [sums], [window], {"shape": list(t.shape)}, node.source),
-        rw.node(f"{node.name}/scale", "lrn_scale", [window], [scale], attrs, node.source),
+        rw.node(f"{node.name}/square", "mul", [x, x], [squares], no_act(), node),
+        rw.node(f"{node.name}/rows", "reshape", [squares], [flat], {"shape": list(rows)}, node),
+        rw.node(f"{node.name}/window", "conv2d", [flat, ones], [sums], conv, node),
+        rw.node(f"{node.name}/unrows", "reshape", [sums], [window], {"shape": list(t.shape)}, node),
+        rw.node(f"{node.name}/scale", "lrn_scale", [window], [scale], attrs, node),
         node.copy(op="mul", inputs=[x, scale], outputs=[y], attrs=no_act()),
     ]

@@ -60,7 +60,7 @@ def _gemm(rw: Rewriter, node: Node) -> list[Node] | None:
     if a.get("transA", 0):
         xt = rw.tensor(x)
         x = rw.tensor_like(f"{x}/transposed", xt.shape[::-1], xt.dtype, transpose_quant(xt.quant, [1, 0]))
-        nodes.append(rw.node(f"{node.name}/transpose_a", "transpose", [xt.name], [x], {"perm": [1, 0]}, node.source))
+        nodes.append(rw.node(f"{node.name}/transpose_a", "transpose", [xt.name], [x], {"perm": [1, 0]}, node))
     inputs, after = [x, w], None
     if c is not None and c.shape == (out,) and c.data is not None and beta == 1.0:
         inputs.append(c.name)
@@ -73,7 +73,7 @@ def _gemm(rw: Rewriter, node: Node) -> list[Node] | None:
     fc_out = y.name if after is None else rw.tensor_like(f"{y.name}/product", y.shape, y.dtype)
     nodes.append(node.copy(op="fully_connected", inputs=inputs, outputs=[fc_out], attrs=no_act()))
     if after is not None:
-        nodes.append(rw.node(f"{node.name}/add_c", "add", [fc_out, after], [y.name], no_act(), node.source))
+        nodes.append(rw.node(f"{node.name}/add_c", "add", [fc_out, after], [y.name], no_act(), node))
     return nodes
 
 
@@ -88,10 +88,10 @@ def _matmul(rw: Rewriter, node: Node) -> list[Node] | None:
     nodes, x = [], a.name
     if a.shape != (rows, shape2d[0]):
         x = rw.tensor_like(f"{a.name}/rows", (rows, shape2d[0]), a.dtype, reshape_quant(a.quant, a.shape, (rows, shape2d[0])))
-        nodes.append(rw.node(f"{node.name}/flatten", "reshape", [a.name], [x], {"shape": [rows, shape2d[0]]}, node.source))
+        nodes.append(rw.node(f"{node.name}/flatten", "reshape", [a.name], [x], {"shape": [rows, shape2d[0]]}, node))
     out2d = (rows, shape2d[1])
     fc_out = y.name if y.shape == out2d else rw.tensor_like(f"{y.name}/rows", out2d, y.dtype, reshape_quant(y.quant, y.shape, out2d))
     nodes.append(node.copy(op="fully_connected", inputs=[x, w], outputs=[fc_out], attrs=no_act()))
     if fc_out != y.name:
-        nodes.append(rw.node(f"{node.name}/unflatten", "reshape", [fc_out], [y.name], {"shape": list(y.shape)}, node.source))
+        nodes.append(rw.node(f"{node.name}/unflatten", "reshape", [fc_out], [y.name], {"shape": list(y.shape)}, node))
     return nodes

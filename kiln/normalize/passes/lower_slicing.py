@@ -64,7 +64,7 @@ def _pad(rw: Rewriter, node: Node) -> list[Node]:
     begins = [max(-p, 0) for p in full[:rank]]
     ends = [d - max(-p, 0) for d, p in zip(x.shape, full[rank:])]
     cropped = rw.tensor_like(f"{node.outputs[0]}/cropped", tuple(e - b for b, e in zip(begins, ends)), x.dtype, x.quant)
-    crop = rw.node(f"{node.name}/crop", "slice", [x.name], [cropped], {"starts": begins, "ends": ends, "steps": [1] * rank}, node.source)
+    crop = rw.node(f"{node.name}/crop", "slice", [x.name], [cropped], {"starts": begins, "ends": ends, "steps": [1] * rank}, node)
     grow = node.copy(op="pad", inputs=[cropped], attrs={"pads": [max(p, 0) for p in full], "value": value})
     return [crop, grow]
 
@@ -90,10 +90,10 @@ def _gather(rw: Rewriter, node: Node) -> list[Node] | None:
     else:
         one = x.shape[:axis] + (1,) + x.shape[axis + 1 :]
         parts = [rw.tensor_like(f"{y.name}/{k}", one, x.dtype, y.quant) for k in range(len(index))]
-        nodes = [rw.node(f"{node.name}/{k}", "slice", [x.name], [p], window(i, i + 1, 1), node.source) for k, (i, p) in enumerate(zip(index, parts))]
+        nodes = [rw.node(f"{node.name}/{k}", "slice", [x.name], [p], window(i, i + 1, 1), node) for k, (i, p) in enumerate(zip(index, parts))]
         nodes.append(node.copy(op="concat", inputs=parts, outputs=[out], attrs={"axis": axis}))
     if raw.ndim == 0:
-        nodes.append(rw.node(f"{node.name}/squeeze", "reshape", [out], [y.name], {"shape": list(y.shape)}, node.source))
+        nodes.append(rw.node(f"{node.name}/squeeze", "reshape", [out], [y.name], {"shape": list(y.shape)}, node))
     return nodes
 
 

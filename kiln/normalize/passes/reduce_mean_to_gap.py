@@ -48,7 +48,7 @@ def _axes(rw: Rewriter, node: Node) -> list[int] | None:
 
 
 def _reshape(rw: Rewriter, node: Node, x: str, y: str, shape: tuple[int, ...], suffix: str = "squeeze") -> Node:
-    return rw.node(f"{node.name}/{suffix}", "reshape", [x], [y], {"shape": list(shape)}, node.source)
+    return rw.node(f"{node.name}/{suffix}", "reshape", [x], [y], {"shape": list(shape)}, node)
 
 
 def _as_pool(rw: Rewriter, node: Node, axes: list[int]) -> list[Node]:
@@ -58,7 +58,7 @@ def _as_pool(rw: Rewriter, node: Node, axes: list[int]) -> list[Node]:
         perm = [a for a in range(len(shape)) if a not in axes] + axes
         shape = tuple(shape[p] for p in perm)
         source = rw.tensor_like(f"{y.name}/reduced_last", shape, x.dtype, transpose_quant(x.quant, perm))
-        nodes.append(rw.node(f"{node.name}/reduced_last", "transpose", [x.name], [source], {"perm": perm}, node.source))
+        nodes.append(rw.node(f"{node.name}/reduced_last", "transpose", [x.name], [source], {"perm": perm}, node))
         axes = list(range(len(shape) - len(axes), len(shape)))
     outer, inner = int(np.prod(shape[: axes[0]])), int(np.prod(shape[axes[-1] + 1 :]))
     view = (outer, int(np.prod([shape[a] for a in axes])), 1, inner)

@@ -70,7 +70,7 @@ def _sink(rw: Rewriter, node: Node) -> None:
         yt = rw.tensor(y)
         pre = rw.tensor_like(f"{y}/pre", permuted(yt.shape, inv), yt.dtype, transpose_quant(yt.quant, inv))
         outs.append(pre)
-        backs.append(transpose_node(rw, f"{node.name}/transpose", pre, y, perm, node.source))
+        backs.append(transpose_node(rw, f"{node.name}/transpose", pre, y, perm, node))
     rw.replace(node, [node.copy(inputs=inputs, outputs=outs, attrs=attrs), *backs])
 
 
@@ -129,4 +129,4 @@ def _sink_reshape(rw: Rewriter, node: Node, x: str, perm: list[int]) -> None:
         new_perm[k] = keep[moved[i]]
     mid = rw.tensor_like(f"{out.name}/pre", tuple(shape), out.dtype, reshape_quant(rw.tensor(x).quant, xs, tuple(shape)))
     reshape = node.copy(inputs=[x], outputs=[mid], attrs={"shape": shape})
-    rw.replace(node, [reshape, transpose_node(rw, f"{node.name}/transpose", mid, out.name, new_perm, node.source)])
+    rw.replace(node, [reshape, transpose_node(rw, f"{node.name}/transpose", mid, out.name, new_perm, node)])

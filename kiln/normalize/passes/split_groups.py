@@ -34,13 +34,13 @@ def _groups(rw: Rewriter, node: Node, group: int, x: str, y: str) -> list[Node]:
     cin, cout = xt.shape[3] // group, w.shape[0] // group
     parts = [rw.tensor_like(f"{x}/group{i}", xt.shape[:3] + (cin,), xt.dtype, xt.quant) for i in range(group)]
     outs = [rw.tensor_like(f"{y}/group{i}", yt.shape[:3] + (cout,), yt.dtype, yt.quant) for i in range(group)]
-    nodes = [rw.node(f"{node.name}/split", "split", [x], parts, {"axis": 3, "sizes": [cin] * group}, node.source)]
+    nodes = [rw.node(f"{node.name}/split", "split", [x], parts, {"axis": 3, "sizes": [cin] * group}, node)]
     wq = transpose_quant(w.quant, OHWI)
     for i in range(group):
         lo, hi = i * cout, (i + 1) * cout
         inputs = [parts[i], rw.constant(f"{w.name}/ohwi_group{i}", np.transpose(w.data[lo:hi], OHWI), quant=_slice_quant(wq, lo, hi), layout="OHWI")]
         if b is not None:
             inputs.append(rw.constant(f"{b.name}/group{i}", b.data[lo:hi], quant=_slice_quant(b.quant, lo, hi)))
-        nodes.append(rw.node(f"{node.name}/group{i}", "conv2d", inputs, [outs[i]], conv_attrs(node), node.source))
+        nodes.append(rw.node(f"{node.name}/group{i}", "conv2d", inputs, [outs[i]], conv_attrs(node), node))
     nodes.append(node.copy(op="concat", inputs=outs, outputs=[y], attrs={"axis": 3}))
     return nodes

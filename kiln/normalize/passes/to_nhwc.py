@@ -66,7 +66,7 @@ def _pool(rw: Rewriter, node: Node, x: str, y: str) -> list[Node]:
     xt = rw.tensor(x)
     padded_shape = (xt.shape[0], xt.shape[1] + pads[0] + pads[2], xt.shape[2] + pads[1] + pads[3], xt.shape[3])
     padded = rw.tensor_like(f"{x}/padded", padded_shape, xt.dtype, xt.quant)
-    pad = rw.node(f"{node.name}/pad", "pad", [x], [padded], {"pads": [0, pads[0], pads[1], 0, 0, pads[2], pads[3], 0], "value": 0.0}, node.source)
+    pad = rw.node(f"{node.name}/pad", "pad", [x], [padded], {"pads": [0, pads[0], pads[1], 0, 0, pads[2], pads[3], 0], "value": 0.0}, node)
     attrs["pads"] = [0, 0, ends[0] - pads[2], ends[1] - pads[3]]
     return [pad, node.copy(op="avg_pool2d", inputs=[padded], outputs=[y], attrs=attrs)]
 
