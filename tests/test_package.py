@@ -146,7 +146,8 @@ BARE_SCONSTRUCT = """
 import atexit, json, sys
 env = Environment(tools=["default", "kiln_scons"], toolpath=[{tools!r}], KILN_PYTHON={python!r})
 models = env.KilnModels("models", "build")
-Default(env.KilnProgram("build/firmware", models, "build"))
+m4 = env.KilnTarget("cortex-m4")  # the target's tool too: the same rule
+Default(env.KilnProgram("build/firmware", models, "build"), m4.KilnTargetModels(models, "build-m4")[0]["object"])
 atexit.register(lambda: json.dump({{n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())}},
                                    open("modules.json", "w")))
 """
@@ -171,10 +172,10 @@ def test_the_scons_tool_in_a_bare_interpreter_loads_only_stdlib_scons_and_the_re
     modules = json.loads((project / "modules.json").read_text())
     registry = {n for n in modules if n.startswith("_kiln_registry_")}
     outside = sorted(n for n in modules if n.split(".")[0] not in sys.stdlib_module_names | set(sys.builtin_module_names)
-                     and n.split(".")[0] not in ("SCons", "kiln_scons", "__main__") and n not in registry)
-    assert outside == []
+                     and n.split(".")[0] not in ("SCons", "kiln_scons", "kiln_cortex_m", "__main__") and n not in registry)
+    assert outside == [] and "kiln" not in modules
     loaded = sorted(Path(modules[n]).relative_to(ROOT / "kiln").as_posix() for n in registry)
     assert loaded == sorted(["__init__.py", "atomic.py", "buildcache.py", "config.py", "errors.py", "manifest.py",
                              "model_table.py", "names.py", "paths.py", "remotecache.py", "stages.py", "target/__init__.py",
-                             "target/targets.py", "worker.py",
+                             "target/cortex_m.py", "target/elf.py", "target/size.py", "target/targets.py", "worker.py",
                              *(f"{package}/config.py" for package in ("frontends", "normalize", "quantize", "lower", "plan", "codegen"))])

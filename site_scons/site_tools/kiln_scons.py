@@ -27,6 +27,13 @@ arguments, and compiler command lines quote every path with `shlex.quote`
 place since the build wrote it (a corrupted artifact) is rebuilt, never
 used: SCons itself only compares what a target depends on.
 
+What a SConstruct calls (`docs/build.md`): `KilnModels` (every model folder,
+as `Models`), `KilnModel`, `KilnTarget` (a firmware target's environment,
+with the `kiln_cortex_m` tool), `KilnTargetModels`, `KilnApp` (a program of
+the firmware's own sources and the models), `KilnProgram` and
+`KilnManifest` (a model's own program, which each model declares itself),
+`KilnRuntimeObjects` and `KilnErrors`.
+
 Global settings: the tool adds the `--kiln-cache` options and appends its
 part of `scons -h`. Only with the shared cache on does it set one global
 option, `hash_format=sha256` (cache entries are named by build signatures),
@@ -527,7 +534,8 @@ def _help(build_root: str, models: list[dict]) -> None:
     SCons.Script.Help(
         f"\nKiln models ({build_root}): {names}{broken}\n"
         f"  stages, in order: {', '.join(s.name for s in registry.STAGES)}\n"
-        "  targets: MODEL (its stages and object, and what the SConstruct adds), MODEL-STAGE (one model up to one stage),\n"
+        "  targets: MODEL (its stages, object and own program, and what the SConstruct adds), MODEL-STAGE (one model up\n"
+        "           to one stage),\n"
         f"           report ({build_root}/report.html: layers, memory and sizes of every model)\n"
         "  options: --kiln-cache=DIR or =http(s)://SERVER (or KILN_CACHE) shares stage results between builds and clones;\n"
         "           --kiln-cache-readonly (or KILN_CACHE_READONLY=1) reads it and never writes (untrusted builds);\n"
