@@ -177,6 +177,8 @@ def kiln_app(env, target, sources: list, models: list[dict]) -> list:
     Returns [elf, map]."""
     base = kiln_scons.target_file(env, target)
     root = kiln_scons.app_root(env, base, models)
+    if kiln_scons.stand_ins(models):
+        return kiln_scons.stand_ins(models)
     objs = kiln_scons.app_objects(env, base, sources, models) + [o for m in models for o in m["object"]]
     return _image(env, base, objs + kiln_runtime_objects(env, root, harness=False), root)
 

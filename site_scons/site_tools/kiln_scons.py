@@ -324,21 +324,24 @@ def kiln_models(env, models_dir: str, build_root: str) -> Models:
 
 
 def _broken(env, name: str, build_root: str, message: str) -> dict:
-    """Report a model that cannot be declared, once; returns its stand-in, whose targets (its name too) fail, after
-    the rest of the build."""
+    """Report a model that cannot be declared, once; returns its stand-in, whose targets (its name, an alias: nothing
+    is written under a name that may be unusable) fail, after the rest of the build."""
     if message not in _PROGRESS.broken:
         print(f"kiln: error: {message}", file=sys.stderr)
         _PROGRESS.broken.append(message)
-    build = env.Dir(_literal(f"{build_root}/{name}"))
-    files = [build.File(f"./{name}{env.subst('$OBJSUFFIX')}"), build.File(f"./{name}.h"), build.File(f"./{name}.c")]
-    fail = env.Command(files, [], SCons.Action.Action(lambda target, source, env: 1, None))
-    env.AlwaysBuild(fail)
     alias = SCons.Node.Alias.default_ans.Alias(name)
-    env.Alias(alias, fail)
-    _BROKEN.extend(fail)
-    return {"name": name, "stages": {st.name: fail for st in registry.STAGES}, "object": fail[:1], "header": fail[1],
-            "program": fail[:1], "prefix": name, "build": build, "alias": alias, "root": build_root,
-            "target": _target_name(env), "broken": message}
+    fail = env.Alias(alias, [], SCons.Action.Action(lambda target, source, env: 1, None))
+    env.AlwaysBuild(fail)
+    if alias not in _BROKEN:
+        _BROKEN.append(alias)
+    return {"name": name, "stages": {st.name: fail for st in registry.STAGES}, "object": fail, "header": alias,
+            "program": fail, "prefix": name, "build": env.Dir(_literal(f"{build_root}/{name}")), "alias": alias,
+            "root": build_root, "target": _target_name(env), "broken": message}
+
+
+def stand_ins(models: list[dict]) -> list:
+    """The failing targets of the broken models among `models` (a program that links one is that target)."""
+    return [n for m in models if "broken" in m for n in m["object"]]
 
 
 _BROKEN: list = []
@@ -647,8 +650,11 @@ def kiln_app(env, target, sources: list, models: list[dict]) -> list:
     builds for the host and every target.
     """
     program = target_file(env, target)
+    root = app_root(env, program, models)
+    if stand_ins(models):
+        return stand_ins(models)
     objs = app_objects(env, program, sources, models) + [o for m in models for o in m["object"]]
-    runtime = env.KilnRuntimeObjects(app_root(env, program, models), harness=False)
+    runtime = env.KilnRuntimeObjects(root, harness=False)
     return env.Program(program, objs + runtime, LIBS=with_libm(env))
 
 
