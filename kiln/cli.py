@@ -278,7 +278,8 @@ def _cmd_qemu(args: argparse.Namespace) -> int:
     run = run_elf(args.image, timeout=args.timeout)
     sys.stdout.buffer.write(run.stdout)
     sys.stdout.flush()
-    sys.stderr.write("".join(line for line in run.stderr.splitlines(keepends=True) if line.rstrip() != run.fault))
+    noise = tuple(n for n in (run.fault, "qemu-system-" if run.timed_out else None) if n)  # and QEMU's note of the stop
+    sys.stderr.write("".join(line for line in run.stderr.splitlines(keepends=True) if not line.startswith(noise)))
     if run.fault:
         raise KilnError(f"{args.image}: firmware fault (exit status {run.status}): {run.fault}")
     if run.timed_out:
