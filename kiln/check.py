@@ -1,13 +1,16 @@
 """`kiln check`: run every built model's program and compare it with the reference executor.
 
-A build root is `build/host` (host programs) or `build/TARGET` for a
-firmware target of `kiln/target/targets.py` (each model's ELF image, run
-under that target's QEMU board). For each model folder under a build root,
-the program must first be the one
-the build linked from the folder's current graphs (`kiln/manifest.py`):
+A build root is any folder the SCons tool declared models in: a host one
+(each model's own host program) or a firmware target's (each model's ELF
+image, run under that target's QEMU board). Which program and which target
+come from what the build wrote, never from folder names: each model's
+manifest and the root's record (`kiln/manifest.py`). For each model folder
+under a build root, the program must first be the one
+the build linked from the folder's current graphs:
 a model whose graphs changed since (a partial build such as `scons
 MODEL-quantize`), or that has no program, is reported as out of date or not
-built, never as a mismatch. Up-to-date
+built, with the `scons` command that builds it (the model's alias, after the
+arguments the root's record names), never as a mismatch. Up-to-date
 programs run on the calibration samples the build keeps (seeded noise when
 it keeps none), quantized, and their outputs are compared bit for bit with
 the integer reference on the same inputs. On a firmware target, a model
@@ -25,7 +28,7 @@ from kiln import host
 from kiln.errors import KilnError
 from kiln.ir import load
 from kiln.ir.graph import Graph
-from kiln.manifest import changed_since
+from kiln.manifest import changed_since, read, read_root
 from kiln.quantize.kept import load_samples
 from kiln.runio import quantize_inputs
 
@@ -58,15 +61,11 @@ def reference_outputs(graph: Graph, samples: list[list[np.ndarray]]) -> list[lis
     return outs
 
 
-def firmware_target(root: Path):
-    """The firmware target a build root is for (`build/cortex-m0`), or None for a host build root."""
-    from kiln.target.targets import TARGETS
+def firmware_target(name: str):
+    """The firmware target a manifest or root record names, or None for the host."""
+    from kiln.target.targets import target
 
-    return TARGETS.get(root.resolve().name)
-
-
-def program_path(build: Path, target) -> Path:
-    return build / (f"{build.name}.elf" if target is not None else build.name)
+    return None if name == "host" else target(name)
 
 
 def does_not_fit(build: Path, target) -> str | None:
@@ -85,39 +84,53 @@ def does_not_fit(build: Path, target) -> str | None:
     return budget(name, target, needs.arena_size, needs.io_bytes, model_sizes(header, obj)[1] or 0).problem(target)
 
 
-def staleness(build: Path, target=None) -> str | None:
+def scons_command(build: Path) -> str:
+    """The command that builds a model's own program in its build root: the root's `scons` arguments, its alias."""
+    return " ".join(["scons", *read_root(build.parent)["scons_args"].split(), build.name])
+
+
+def program_of(build: Path) -> tuple[Path, object] | None:
+    """The program the manifest in `build` names and the target it was built for (None: no manifest)."""
+    record = build / f"{build.name}.manifest"
+    if not record.is_file():
+        return None
+    try:
+        found = read(record.read_text())
+        return build / found["program"], firmware_target(found["target"])
+    except (OSError, ValueError, KilnError) as exc:
+        raise KilnError(f"{record}: unreadable manifest ({exc}); rebuild it with `{scons_command(build)}`") from None
+
+
+def staleness(build: Path) -> str | None:
     """Why the program in `build` is not the one its current graphs make, or None when it is."""
-    name = build.name
-    program, record = program_path(build, target), build / f"{name}.manifest"
-    if not program.is_file() or not record.is_file():
-        too_big = does_not_fit(build, target)
+    built = program_of(build)
+    if built is None or not built[0].is_file():
+        too_big = does_not_fit(build, firmware_target(read_root(build.parent)["target"]))
         if too_big:
             return f"does not fit: {too_big}"
-        return f"not built: no program (run `scons {'' if target is None else f'target={target.name} '}{name}`)"
-    try:
-        changed = changed_since(build, record.read_text())
-    except (OSError, ValueError, AttributeError) as exc:
-        raise KilnError(f"{record}: unreadable manifest ({exc})") from None
+        return f"not built: no program (run `{scons_command(build)}`)"
+    changed = changed_since(build, (build / f"{build.name}.manifest").read_text())
     if changed:
-        return f"out of date: {', '.join(changed)} changed since the program was built (run `scons {name}`)"
+        return f"out of date: {', '.join(changed)} changed since the program was built (run `{scons_command(build)}`)"
     return None
 
 
-def check_model(build: Path, target=None) -> dict:
-    """One row of the check table for the model built in `build` (for a firmware `target`, its image under QEMU)."""
+def check_model(build: Path) -> dict:
+    """One row of the check table for the model built in `build` (on a firmware target, its image under QEMU)."""
     name = build.name
-    row = {"model": name, "samples": 0, "bit_exact": 0, "stale": staleness(build, target)}
+    row = {"model": name, "samples": 0, "bit_exact": 0, "stale": staleness(build)}
     if row["stale"]:
         return row
+    program, target = program_of(build)
     quantized, planned = load(build / "quantized.kir", "quantized"), load(build / "planned.kir", "planned")
     kept = load_samples(build)
     samples = quantize_inputs(quantized, seeded_inputs(quantized, kept.inputs))
     if target is None:
-        got = host.run_executable(build / name, planned, samples)
+        got = host.run_executable(program, planned, samples)
     else:
         from kiln.target.qemu import run_firmware
 
-        got = run_firmware(program_path(build, target), planned, samples, timeout=300).outputs
+        got = run_firmware(program, planned, samples, timeout=300).outputs
     want = reference_outputs(quantized, samples)
     exact = sum(all(np.array_equal(g, w) for g, w in zip(gs, ws)) for gs, ws in zip(got, want))
     weights = sum(t.nbytes for t in planned.tensors.values() if t.is_constant)
@@ -130,8 +143,7 @@ def check_all(root: Path) -> list[dict]:
     builds = sorted(p.parent for p in root.glob("*/imported.kir"))
     if not builds:
         raise KilnError(f"{root}: no built models (run scons first)")
-    target = firmware_target(root)
-    return [check_model(b, target) for b in builds]
+    return [check_model(b) for b in builds]
 
 
 def passed(row: dict) -> bool:

@@ -72,15 +72,24 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--json", type=Path, help="also write the report as JSON")
     q.set_defaults(func=_cmd_report)
 
-    k = sub.add_parser("check", help="run every built model's program (host, or firmware under QEMU: build/TARGET) "
+    k = sub.add_parser("check", help="run every built model's program (host, or firmware under QEMU) in a build root "
                        "against the reference executor")
     k.add_argument("build_root", type=Path, nargs="?", default=Path("build/host"))
     k.set_defaults(func=_cmd_check)
+
+    u = sub.add_parser("qemu", help="run a firmware image on its target's QEMU board: its stdout and stderr "
+                       "(semihosting), then its exit status")
+    u.add_argument("image", type=Path, help="an ELF image Kiln's SCons tool linked (KilnApp, KilnProgram)")
+    u.add_argument("--timeout", type=float, default=60.0, help="seconds before the run is stopped (default 60)")
+    u.set_defaults(func=_cmd_qemu)
 
     b = sub.add_parser("build-report", help="one self-contained HTML page of every model built under a build root")
     b.add_argument("build_root", type=Path, help="e.g. build/host or build/cortex-m4")
     b.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
     b.add_argument("--samples", type=int, help="how many of the calibration samples each build keeps to compare on (default: all)")
+    b.add_argument("--cortex-m4", type=Path, action="append", metavar="ROOT",
+                   help="a build root of Cortex-M4 images to take per-layer instructions from (repeatable; default: "
+                        "the Cortex-M4 roots beside or inside BUILD_ROOT)")
     b.set_defaults(func=_cmd_build_report)
 
     d = sub.add_parser("doc", help="print a reference page that ships with Kiln (model-toml: every model.toml key)")
@@ -239,7 +248,7 @@ def _cmd_build_report(args: argparse.Namespace) -> int:
 
     if args.samples is not None and args.samples < 1:
         raise KilnError(f"--samples must be at least 1, got {args.samples}")
-    write_atomic(args.output, build_report(args.build_root, args.samples).encode())
+    write_atomic(args.output, build_report(args.build_root, args.samples, args.cortex_m4).encode())
     return 0
 
 
@@ -276,6 +285,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
     rows = check_all(args.build_root)
     print(render(rows))
     return 0 if all(passed(r) for r in rows) else 1
+
+
+def _cmd_qemu(args: argparse.Namespace) -> int:
+    from kiln.target.qemu import run_elf
+
+    if not args.timeout > 0:
+        raise KilnError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    run = run_elf(args.image, timeout=args.timeout)
+    sys.stdout.buffer.write(run.stdout)
+    sys.stdout.flush()
+    noise = tuple(n for n in (run.fault, "qemu-system-" if run.timed_out else None) if n)  # and QEMU's note of the stop
+    sys.stderr.write("".join(line for line in run.stderr.splitlines(keepends=True) if not line.startswith(noise)))
+    if run.fault:
+        raise KilnError(f"{args.image}: firmware fault (exit status {run.status}): {run.fault}")
+    if run.timed_out:
+        raise KilnError(f"{args.image}: no exit within {args.timeout:g} s (the firmware hung or ran too long; --timeout)")
+    return run.status
 
 
 if __name__ == "__main__":

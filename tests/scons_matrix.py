@@ -46,6 +46,7 @@ _ACTION_PATTERNS = (
     (re.compile(r"^(?:\[\d+/\d+\] )?kiln (\w+) (\S+)$"), lambda m: f"kiln {m[1]} {m[2]}"),
     (re.compile(r"^model table (\S+)$"), lambda m: f"table {m[1]}"),
     (re.compile(r"^stage sources (\S+)$"), lambda m: f"sources {m[1]}"),
+    (re.compile(r"^kiln linker script (\S+)$"), lambda m: f"script {m[1]}"),
     (re.compile(r"^manifest (\S+)$"), lambda m: f"manifest {m[1]}"),
     (re.compile(r"^Retrieved `(.+)' from cache$"), lambda m: f"cache {m[1]}"),
     (re.compile(r"^\S*(?:gcc|cc|clang)\s+-o\s(\S+)\s+-c\s"), lambda m: f"cc {m[1]}"),

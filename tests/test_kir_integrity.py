@@ -118,7 +118,7 @@ def test_kiln_check_never_compares_against_a_corrupt_artifact(snapshot, tmp_path
     assert proc.returncode == 1 and "tiny_cnn: out of date: quantized.kir changed since the program was built" in proc.stdout
     assert not any(line.startswith("tiny_cnn ") and "bit-exact" in line for line in proc.stdout.splitlines()), proc.stdout
     build = repo / "build/host/tiny_cnn"  # a manifest that records the corrupt file: its checksum still refuses it
-    (build / "tiny_cnn.manifest").write_text(manifest([build / f for f in recorded("tiny_cnn")]))
+    (build / "tiny_cnn.manifest").write_text(manifest([build / f for f in recorded("tiny_cnn")], "tiny_cnn", "host"))
     proc = subprocess.run([sys.executable, "-m", "kiln", "check", "build/host"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 1 and "bit-exact" not in proc.stdout, proc.stdout
     one_line(proc.stderr, "kiln: error: build/host/tiny_cnn/quantized.kir: corrupt .kir file")

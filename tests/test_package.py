@@ -3,10 +3,12 @@
 The wheel carries the compiler, the C runtime, the portable kernels and the
 SCons tools; its runtime dependencies are what every model source needs. A
 firmware repository with no Kiln source in it (a copy of
-examples/external_repo) builds with the `scons` of a fresh virtual
-environment that has only the wheel and its dependencies, installed without
-the network from the wheels scripts/setup.sh keeps, and runs bit-exact with
-the reference executor; its own `site_scons/toolchain.py` and
+examples/external_repo, with the SConstruct docs/build.md shows) builds
+with the `scons` of a fresh virtual environment that has only the wheel and
+its dependencies, installed without the network from the wheels
+scripts/setup.sh keeps, and the page's commands run its app bit-exact with
+the reference executor on the host and on the Cortex-M4 board (`kiln qemu`)
+and check both builds (`kiln check`); its own `site_scons/toolchain.py` and
 `site_scons/kiln.py` (and a `kiln.py` and `toolchain.py` beside its
 SConstruct) are imported by nobody but itself. The SCons tool, loaded by a
 bare interpreter that has only the standard library and SCons, imports
@@ -23,13 +25,11 @@ import sys
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+import external_repo
 from conftest import ROOT
 from scons_matrix import add_onnx_model, parse_actions
-from kiln.check import reference_outputs
-from kiln.ir import load
 from kiln.stages import STAGES
 
 WHEELHOUSE = Path(sys.prefix) / "wheelhouse"  # scripts/setup.sh: the wheels of Kiln's dependencies, pinned
@@ -72,11 +72,13 @@ def test_runtime_dependencies_are_what_every_source_needs(wheel):
     assert re.search(r"^Requires-Dist: tflite-micro\S*; extra == \"tflite\"$", metadata, re.M)
 
 
-def firmware_repo(folder: Path, hostile: bool) -> Path:
-    """examples/external_repo in a folder with no Kiln source; its gesture model an ONNX file (no torch needed)."""
-    repo = Path(shutil.copytree(ROOT / "examples/external_repo", folder, ignore=shutil.ignore_patterns("build", ".sconsign*")))
-    shutil.rmtree(repo / "models/gesture")
-    add_onnx_model(repo / "models/gesture")
+def firmware_repo(base: Path, hostile: bool) -> Path:
+    """examples/external_repo as docs/build.md shows it, in `base`, with no Kiln source; its gesture model an ONNX file
+    (no torch needed)."""
+    models = base / "models"
+    add_onnx_model(models / "gesture")
+    repo = external_repo.lay_out(base, models)
+    shutil.rmtree(models)
     if hostile:
         own = ('"""The firmware\'s own {name}: it logs who imports it."""\nimport os, sys\n\nFIRMWARE_OWN = True\n'
                'with open(os.path.join(os.environ["FIRMWARE_LOG"]), "a") as log:\n'
@@ -91,42 +93,38 @@ def firmware_repo(folder: Path, hostile: bool) -> Path:
 
 @pytest.mark.parametrize("hostile", [False, True], ids=["plain", "hostile-site_scons"])
 def test_installed_kiln_builds_a_firmware_repo_with_plain_scons(venv, tmp_path, hostile):
+    """The commands docs/build.md shows, run from the wheel's environment: the app on the host and under QEMU,
+    `kiln check` of both build roots, the report with the Cortex-M4 image's layers."""
     repo = firmware_repo(tmp_path / "firmware", hostile)
     log_file = tmp_path / "imports.log"
     # Fresh stage processes, as in the rest of the suite: a warm worker would outlive the test.
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "FIRMWARE_LOG": str(log_file), "KILN_WORKERS": "0"}
-    proc = run([venv / "bin/scons", "-Q", "-j2"], cwd=repo, env=env)
-    log = proc.stdout + proc.stderr
+    results = external_repo.run_commands(tmp_path / "firmware", env)
+    external_repo.check_documented_run(repo, results)
+    log = results["scons -j2"].stdout + results["scons -j2"].stderr
     actions, _ = parse_actions(log)
-    assert {f"kiln {s.name} gesture" for s in STAGES} <= actions and "link build/gesture_app" in actions, log
+    assert {f"kiln {s.name} gesture" for s in STAGES} <= actions and "link build/host/gesture_app" in actions, log
+    assert "link build/m4/gesture_app.elf" in actions, log
     assert str(ROOT) not in log and "site-packages/kiln/runtime" in log, log  # the installed runtime, not this checkout
-    program = run([repo / "build/gesture_app"])
-    scores = [int(v) for v in re.search(r"^scores:(.*)$", program.stdout, re.M)[1].split()]
-    quantized = load(repo / "build/gesture/quantized.kir")
-    shape = quantized.tensors[quantized.inputs[0]].shape
-    sample = ((np.arange(int(np.prod(shape))) * 37) % 256 - 128).astype(np.int8).reshape(shape)
-    assert scores == reference_outputs(quantized, [[sample]])[0][0].ravel().tolist()
-    if hostile:  # imported twice, by the SConstruct's own `import kiln, toolchain`, and by no Kiln process
+    if hostile:  # imported twice per scons run, by the SConstruct's own `import kiln, toolchain`, and by no Kiln process
         lines = [line.split() for line in log_file.read_text().splitlines()]
-        assert sorted(Path(module).name for module, _ in lines) == ["kiln.py", "toolchain.py"], lines
+        assert {Path(module).name for module, _ in lines} == {"kiln.py", "toolchain.py"}, lines
         assert all(importer == str(venv / "bin/scons") for _, importer in lines), lines
     assert re.search(r"^\[1/6\] kiln import gesture$", log, re.M), log  # a cold build counts its stages
-    assert re.search(r"^kiln:   build/gesture: 6 run / 0 cached of 6 stages, arena [\d,]+ B, flash [\d,]+ B", log, re.M), log
+    assert re.search(r"^kiln:   build/host/gesture: 6 run / 0 cached of 6 stages, arena [\d,]+ B, flash [\d,]+ B", log, re.M), log
     assert parse_actions(run([venv / "bin/scons", "-Q"], cwd=repo, env=env).stdout)[0] == set()
-    if not hostile:  # the report target, and a broken model.toml next to a good model
-        run([venv / "bin/scons", "-Q", "report"], cwd=repo, env=env)
-        assert 'data-model="gesture"' in (repo / "build/report.html").read_text()
+    if not hostile:  # a broken model.toml next to a good model
         (repo / "models/broken").mkdir()
         (repo / "models/broken/model.toml").write_text('[plan]\nalignement = 8\n')
     help_text = run([venv / "bin/scons", "-h"], cwd=repo, env=env).stdout
-    assert "Kiln models (build): gesture" in help_text and "report (build/report.html" in help_text
+    assert "Kiln models (build/host): gesture" in help_text and "report (build/host/report.html" in help_text
     assert hostile or re.search(r"^  not built: .*models/broken/model.toml: unknown key 'plan.alignement'", help_text, re.M)
 
 
 def test_a_missing_extra_is_one_line_naming_the_python_to_install_into(venv, tmp_path):
     """The wheel without `kiln-mcu[torch]`: a model.py source fails in one line that says what to install, and where."""
     repo = firmware_repo(tmp_path / "firmware", hostile=False)
-    shutil.copytree(ROOT / "examples/external_repo/models/gesture", repo / "models/gesture_torch")
+    shutil.copytree(external_repo.EXAMPLE / "models/gesture", repo / "models/gesture_torch")
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "KILN_WORKERS": "0"}
     proc = run([venv / "bin/scons", "-Q", "gesture_torch-import"], cwd=repo, env=env, check=False)
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("kiln: error:")]
@@ -139,7 +137,8 @@ BARE_SCONSTRUCT = """
 import atexit, json, sys
 env = Environment(tools=["default", "kiln_scons"], toolpath=[{tools!r}], KILN_PYTHON={python!r})
 models = env.KilnModels("models", "build")
-Default(env.KilnProgram("build/firmware", models, "build"))
+m4 = env.KilnTarget("cortex-m4")  # the target's tool too: the same rule
+Default(env.KilnProgram("build/firmware", models, "build"), m4.KilnTargetModels(models, "build-m4")[0]["object"])
 atexit.register(lambda: json.dump({{n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())}},
                                    open("modules.json", "w")))
 """
@@ -164,10 +163,10 @@ def test_the_scons_tool_in_a_bare_interpreter_loads_only_stdlib_scons_and_the_re
     modules = json.loads((project / "modules.json").read_text())
     registry = {n for n in modules if n.startswith("_kiln_registry_")}
     outside = sorted(n for n in modules if n.split(".")[0] not in sys.stdlib_module_names | set(sys.builtin_module_names)
-                     and n.split(".")[0] not in ("SCons", "kiln_scons", "__main__") and n not in registry)
-    assert outside == []
+                     and n.split(".")[0] not in ("SCons", "kiln_scons", "kiln_cortex_m", "__main__") and n not in registry)
+    assert outside == [] and "kiln" not in modules
     loaded = sorted(Path(modules[n]).relative_to(ROOT / "kiln").as_posix() for n in registry)
     assert loaded == sorted(["__init__.py", "atomic.py", "buildcache.py", "config.py", "errors.py", "manifest.py",
                              "model_table.py", "names.py", "paths.py", "remotecache.py", "stages.py", "target/__init__.py",
-                             "target/targets.py", "worker.py",
+                             "target/cortex_m.py", "target/elf.py", "target/size.py", "target/targets.py", "worker.py",
                              *(f"{package}/config.py" for package in ("frontends", "normalize", "quantize", "lower", "plan", "codegen"))])

@@ -11,19 +11,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 
+import external_repo
 from conftest import ROOT
 from onnx_models import small_cnn
-from scons_matrix import (ONNX_MODEL, TORCH_MODEL, Build, append, build_files, clone_snapshot, comment_line, fresh_clone, from_stage,
-                          own_file, run_scons, set_key, shared_snapshot, stages)
+from scons_matrix import (ONNX_MODEL, TORCH_MODEL, Build, add_onnx_model, append, build_files, clone_snapshot, comment_line,
+                          fresh_clone, from_stage, own_file, run_scons, set_key, shared_snapshot, stages)
 from kiln import config
-from kiln.check import reference_outputs
 from kiln.cli import main as kiln
 from kiln.errors import KilnError
-from kiln.ir import load
 from kiln.config import config_schema
 from kiln.stages import STAGES
 
@@ -158,21 +156,110 @@ def test_build_killed_during_a_stage_recovers(snapshot, tmp_path, stage, sig):
 
 
 # -- another repository adopting Kiln -----------------------------------------------------------
-def test_external_repo_builds_its_own_firmware_and_runs_it(tmp_path):
-    repo = Path(shutil.copytree(ROOT / "examples/external_repo", tmp_path / "firmware"))
-    env = {**os.environ, "KILN_PYTHON": sys.executable}  # the Python with this checkout's Kiln (tests/test_package.py: a wheel's)
-    actions, log, _ = run_scons(repo, "-j2", env=env)
-    assert stages([s.name for s in STAGES], ["gesture"]) <= actions and "link build/gesture_app" in actions, log
-    proc = subprocess.run([str(repo / "build/gesture_app")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    scores = [int(v) for v in re.search(r"^scores:(.*)$", proc.stdout, re.M)[1].split()]
-    quantized = load(repo / "build/gesture/quantized.kir")
-    shape = quantized.tensors[quantized.inputs[0]].shape
-    sample = ((np.arange(int(np.prod(shape))) * 37) % 256 - 128).astype(np.int8).reshape(shape)
-    want = reference_outputs(quantized, [[sample]])[0][0].ravel()
-    assert scores == want.tolist()
-    assert f"class: {int(np.argmax(want))}" in proc.stdout
+def documented_env(tmp_path: Path) -> dict[str, str]:
+    """The shell the page's commands run in: this checkout's environment (its scons and kiln) first on PATH; fresh
+    stage processes, as in the rest of the suite (a warm worker would outlive the test)."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": str(tmp_path),
+            "KILN_WORKERS": "0"}
+
+
+@pytest.fixture(scope="module")
+def documented(tmp_path_factory) -> tuple[Path, dict]:
+    """examples/external_repo with the SConstruct docs/build.md shows, after the page's commands ran in it."""
+    base = tmp_path_factory.mktemp("external")
+    repo = external_repo.lay_out(base)
+    return repo, external_repo.run_commands(base, documented_env(base))
+
+
+def test_external_repo_builds_runs_and_checks_as_documented(documented, tmp_path):
+    repo, results = documented
+    assert external_repo.doc_sconstruct() == (ROOT / "examples/external_repo/SConstruct").read_text()
+    external_repo.check_documented_run(repo, results)
+    env = documented_env(tmp_path)
     assert run_scons(repo, env=env)[0] == set()
+    # Each model's own programs are part of its alias: `kiln check` says so, and its advice builds them.
+    clone = Path(shutil.copytree(repo, tmp_path / "clone"))
+    for program in ("build/host/gesture/gesture", "build/m4/gesture/gesture.elf"):
+        (clone / program).unlink()
+    for root in ("build/host", "build/m4"):
+        proc = subprocess.run([sys.executable, "-m", "kiln", "check", root], cwd=clone, capture_output=True, text=True)
+        assert proc.returncode == 1 and "gesture: not built: no program (run `scons gesture`)" in proc.stdout, proc.stdout
+    actions, _, _ = run_scons(clone, "gesture", env=env)
+    assert actions == {"link build/host/gesture/gesture", "link build/m4/gesture/gesture.elf"}, actions
+    for root in ("build/host", "build/m4"):
+        proc = subprocess.run([sys.executable, "-m", "kiln", "check", root], cwd=clone, capture_output=True, text=True)
+        assert proc.returncode == 0 and "bit-exact (10/10)" in proc.stdout, proc.stdout
+    # By hand, the report finds the Cortex-M4 root beside its own by the target the root's record names.
+    proc = subprocess.run([sys.executable, "-m", "kiln", "build-report", "build/host", "-o", "page.html"], cwd=clone,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "m4/gesture/gesture.elf under QEMU" in (clone / "page.html").read_text(), proc.stderr
+
+
+APPS = {  # a firmware's own main on the board: the C library's heap is bounded, stdout is flushed at exit
+    "heap.c": '#include <stdio.h>\n#include <stdlib.h>\nint main(void)\n{\n    int blocks = 0;\n'
+              '    while (malloc(65536) != NULL) {\n        ++blocks;\n    }\n'
+              '    printf("%d blocks", blocks);\n    return 7;\n}\n',
+    "fault.c": "int main(void)\n{\n    __builtin_trap();\n}\n",
+    "spin.c": "int main(void)\n{\n    volatile int forever = 1;\n    while (forever) {\n    }\n    return 0;\n}\n",
+}
+
+
+def test_own_main_on_the_board_heap_exit_status_fault_and_timeout(documented, tmp_path):
+    repo = Path(shutil.copytree(documented[0], tmp_path / "repo"))
+    for name, text in APPS.items():
+        (repo / name).write_text(text)
+    with open(repo / "SConstruct", "a") as f:
+        f.writelines(f'm4.KilnApp("build/m4/{Path(n).stem}", ["{n}"], [m4_models["gesture"]])\n' for n in APPS)
+        f.write('rv = env.KilnTarget("riscv32")\n'  # picolibc's stdio there, newlib's on the Arm cores
+                'rv.KilnApp("build/rv/gesture_app", ["main.c"], [rv.KilnTargetModels(models, "build/rv")["gesture"]])\n')
+    run_scons(repo, "build/rv/gesture_app.elf", *(f"build/m4/{Path(n).stem}.elf" for n in APPS), env=documented_env(tmp_path))
+    kiln = [sys.executable, "-m", "kiln", "qemu"]
+    riscv = subprocess.run(kiln + ["build/rv/gesture_app.elf"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert riscv.returncode == 0 and riscv.stdout == documented[1]["./build/host/gesture_app"].stdout, riscv
+    heap = subprocess.run(kiln + ["build/m4/heap.elf"], cwd=repo, capture_output=True, text=True, timeout=120)
+    # 4 MB of RAM, less the stack and the data: some 63 blocks of 64 KB, then NULL; the line without a newline flushed.
+    assert heap.returncode == 7 and re.fullmatch(r"(\d+) blocks", heap.stdout) and 50 < int(heap.stdout.split()[0]) < 64
+    fault = subprocess.run(kiln + ["build/m4/fault.elf"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert fault.returncode == 1 and fault.stdout == "", fault
+    assert re.fullmatch(r"kiln: error: build/m4/fault.elf: firmware fault \(exit status 134\): kiln fault: UsageFault .*\n",
+                        fault.stderr), fault.stderr
+    spin = subprocess.run(kiln + ["build/m4/spin.elf", "--timeout", "2"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert spin.returncode == 1 and spin.stderr == ("kiln: error: build/m4/spin.elf: no exit within 2 s (the firmware hung "
+                                                    "or ran too long; --timeout)\n"), spin.stderr
+
+
+@pytest.mark.parametrize("edit, message", [
+    (('models["gesture"]', 'models["gestrue"]'), "kiln: error: no model 'gestrue' in models (did you mean 'gesture'?)"),
+    (('"build/m4"', '"build/host"'), "kiln: error: build root build/host holds the host build; give the cortex-m4 build "
+                                     "a root of its own (for example build/cortex-m4)"),
+    (('KilnTarget("cortex-m4")', 'KilnTarget("cortex-m9")'), "kiln: error: unknown target 'cortex-m9' (targets: "),
+])
+def test_external_repo_mistakes_are_one_line(tmp_path, edit, message):
+    repo = external_repo.lay_out(tmp_path)
+    shutil.rmtree(repo / "models/gesture")
+    add_onnx_model(repo / "models/gesture")
+    (repo / "SConstruct").write_text((repo / "SConstruct").read_text().replace(*edit))
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-n"], cwd=repo, capture_output=True, text=True,
+                          env=documented_env(tmp_path))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("kiln: error:")]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stdout + proc.stderr
+    assert errors[0].startswith(message), errors
+
+
+def test_external_repo_builds_the_other_models_when_the_one_it_names_is_broken(tmp_path):
+    """`models["gesture"]` of a broken gesture is a stand-in: one line names its model.toml, every other model builds
+    (its programs on the host and the board), and the build then fails."""
+    repo = external_repo.lay_out(tmp_path)
+    shutil.rmtree(repo / "models/gesture")
+    add_onnx_model(repo / "models/gesture")
+    add_onnx_model(repo / "models/other")
+    set_key(repo / "models/gesture/model.toml", "plan", "alignement", 8)
+    actions, log, status = run_scons(repo, "-j2", env=documented_env(tmp_path), check=False)
+    errors = [line for line in log.splitlines() if line.startswith("kiln: error:")]
+    assert status == 2 and "Traceback" not in log and "KeyError" not in log, log
+    assert len(errors) == 1 and "models/gesture/model.toml" in errors[0] and "did you mean 'plan.alignment'" in errors[0]
+    assert {"link build/host/other/other", "link build/m4/other/other.elf"} <= actions, log
+    assert not [a for a in actions if "gesture" in a], log
 
 
 # -- model.toml: the reference page, errors, `kiln new` ---------------------------------------

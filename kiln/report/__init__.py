@@ -21,7 +21,7 @@ import jinja2
 
 from kiln import __version__
 from kiln.errors import KilnError
-from kiln.report.data import LAYER_SQNR_FLOOR_DB, ModelReport, gather
+from kiln.report.data import LAYER_SQNR_FLOOR_DB, ModelReport, gather, m4_roots
 from kiln.report.plot import placement, timeline
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -44,8 +44,10 @@ def render(title: str, models: list[ModelReport]) -> str:
         models=[(m, timeline(m), placement(m)) for m in models])
 
 
-def build_report(root: Path, samples: int | None = None) -> str:
-    """The HTML page for the models built under `root`, each measured on up to `samples` of its kept samples
-    (all of them by default, as `kiln report`)."""
-    reports = [gather(b, samples) for b in built_models(root)]
+def build_report(root: Path, samples: int | None = None, cortex_m4: list[Path] | None = None) -> str:
+    """The HTML page for the models built under `root`, each measured on up to `samples` of its kept samples (all
+    of them by default, as `kiln report`), with per-layer instructions from their images in the Cortex-M4 build
+    roots `cortex_m4` (by default those found near `root`: `kiln.report.data.m4_roots`)."""
+    roots = m4_roots(root) if cortex_m4 is None else cortex_m4
+    reports = [gather(b, samples, roots) for b in built_models(root)]
     return render(f"Kiln build report: {root.as_posix()}", reports)

@@ -5,11 +5,12 @@ kernel symbols, arena offsets, each layer's name in the source model),
 `normalized.kir` and `quantized.kir` with the calibration samples the build
 keeps (per-layer SQNR, as `kiln report` measures it), the generated header
 (weight bytes), and the compiled model — its firmware image `<model>.elf`
-(this build root's, else the Cortex-M4 one) when one was linked, else its
-object `<model>.o` alone. When a Cortex-M4 build of the model exists (this
-build root's or the `cortex-m4` one beside it) and QEMU is installed, each
-layer's Cortex-M4 instructions come from running that image on the first
-kept sample.
+(this build root's, else its Cortex-M4 one) when one was linked, else its
+object `<model>.o` alone. When a Cortex-M4 build of the model exists (in a
+build root the SCons tool names, or one whose record says cortex-m4 beside
+or inside this one, or this one) and QEMU is installed, each layer's
+Cortex-M4 instructions come from running that image on the first kept
+sample.
 
 Floors: a layer whose int8 output is below `LAYER_SQNR_FLOOR_DB` against
 float, and a model whose output is below `OUTPUT_SQNR_FLOOR_DB` or whose
@@ -29,6 +30,7 @@ from kiln.check import seeded_inputs
 from kiln.errors import KilnError
 from kiln.ir import load
 from kiln.ir.graph import Graph
+from kiln.manifest import ROOT_RECORD, read, read_root
 from kiln.plan.buffers import round_up
 from kiln.quantize.kept import load_samples, report_inputs
 from kiln.quantize.report import report
@@ -126,14 +128,15 @@ class ModelReport:
         return failed
 
 
-def gather(build: Path, samples: int | None = None) -> ModelReport:
-    """The report of the model built in `build`, its SQNR over up to `samples` of the calibration samples kept there."""
+def gather(build: Path, samples: int | None, cortex_m4: list[Path]) -> ModelReport:
+    """The report of the model built in `build`, its SQNR over up to `samples` of the calibration samples kept there
+    (all of them when None), and its layers' instructions from its image in the Cortex-M4 build roots `cortex_m4`."""
     planned, normalized, quantized = (load(build / f"{a}.kir", a) for a in ("planned", "normalized", "quantized"))
     rep = report(normalized, quantized, *report_inputs(normalized, load_samples(build), samples))
     sqnr = {n: e["sqnr_db"] for n, e in rep["tensors"].items()}
-    counts, m4_source = m4_layers(build, planned)
+    counts, m4_source = m4_layers(build, planned, cortex_m4)
     layers = [_layer(planned, i, sqnr, counts.get(i)) for i in range(len(planned.nodes))]
-    sizes, source = sizes_of(build, planned)
+    sizes, source = sizes_of(build, planned, cortex_m4)
     return ModelReport(
         name=build.name, layers=layers, steps=timeline(planned), arena_size=int(planned.meta["arena_size"]),
         lower_bound=int(planned.meta["lower_bound"]), macs=sum(layer.macs for layer in layers),
@@ -160,28 +163,47 @@ def tiling_text(planned: Graph) -> str:
     return text + f"; kernel scratch: {meta['scratch_level']}"
 
 
-def cortex_m4_build(build: Path) -> Path:
-    """The folder of this model's Cortex-M4 build: in this build root, or in the `cortex-m4` one beside it."""
-    root = build.parent
-    return (root if root.name == "cortex-m4" else root.parent / "cortex-m4") / build.name
+def m4_roots(root: Path) -> list[Path]:
+    """The build roots of Cortex-M4 builds near `root` (itself, the folders beside it and inside it), found by the
+    target their records name (`kiln.manifest.read_root`), whatever they are called."""
+    near = [root, *sorted(p for p in root.parent.iterdir() if p.is_dir() and p != root),
+            *sorted(p for p in root.iterdir() if p.is_dir())]
+    return [r for r in near if read_root(r)["target"] == "cortex-m4" and (r / ROOT_RECORD).is_file()]
 
 
-def m4_layers(build: Path, planned: Graph) -> tuple[dict[int, int], str]:
-    """Each kernel layer's Cortex-M4 instructions (node index -> count) from this model's Cortex-M4 image, run
-    under QEMU on the first kept sample; empty (and why) when there is no image, no QEMU, or another graph."""
-    root = build.parent
-    cortex = cortex_m4_build(build)
-    elf = cortex / f"{build.name}.elf"
-    if not elf.is_file() or not (cortex / "planned.kir").is_file():
+def m4_layers(build: Path, planned: Graph, roots: list[Path]) -> tuple[dict[int, int], str]:
+    """Each kernel layer's Cortex-M4 instructions (node index -> count) from this model's own image in the first of
+    the Cortex-M4 build `roots` that has one (its manifest names it), run under QEMU on the first kept sample; empty
+    (and why) when there is no image, no QEMU, or another graph."""
+    found = [(folder, elf) for folder, elf in ((r / build.name, own_image(r / build.name)) for r in roots) if elf]
+    if not found:
         return {}, "none, no Cortex-M4 firmware image of this model was found"
+    cortex, elf = found[0]
     if shutil.which("qemu-system-arm") is None:
         return {}, "qemu-system-arm not found"
     image_graph, quantized = load(cortex / "planned.kir", "planned"), load(cortex / "quantized.kir", "quantized")
     if [n.name for n in image_graph.nodes] != [n.name for n in planned.nodes]:
-        return {}, f"none, {elf.relative_to(root.parent).as_posix()} was built from another graph than this build's (it is out of date)"
+        return {}, f"none, {_shown(elf, build)} was built from another graph than this build's (it is out of date)"
     sample = quantize_inputs(quantized, seeded_inputs(quantized, load_samples(cortex).inputs, 1))
     run = qemu.run_firmware(elf, image_graph, sample, layers=True)
-    return {lc.index: lc.instructions for lc in run.layers}, f"{elf.relative_to(root.parent).as_posix()} under QEMU, first kept sample"
+    return {lc.index: lc.instructions for lc in run.layers}, f"{_shown(elf, build)} under QEMU, first kept sample"
+
+
+def own_image(folder: Path) -> Path | None:
+    """The model's own image in a model's build folder, as its manifest names it (None without one)."""
+    try:
+        elf = folder / read((folder / f"{folder.name}.manifest").read_text())["program"]
+    except (OSError, ValueError):
+        return None
+    return elf if elf.is_file() and (folder / "planned.kir").is_file() else None
+
+
+def _shown(elf: Path, build: Path) -> str:
+    """`elf` relative to the folder holding the report's build root, when it is inside it."""
+    try:
+        return elf.resolve().relative_to(build.resolve().parent.parent).as_posix()
+    except ValueError:
+        return elf.as_posix()
 
 
 def _shape(graph: Graph, name: str) -> str:
@@ -285,15 +307,15 @@ def _union(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
-def sizes_of(build: Path, planned: Graph) -> tuple[list[SizeRow], str]:
+def sizes_of(build: Path, planned: Graph, cortex_m4: list[Path]) -> tuple[list[SizeRow], str]:
     """Weights, arena and code bytes, and a sentence saying what they were read from: the model's firmware image
     (this build root's, else the Cortex-M4 one whose per-layer instructions the page shows), else its compiled
     object alone, which says nothing of a microcontroller's flash and RAM when it is the host's."""
     header = (build / f"{build.name}.h").read_text()
     weights = int(re.search(r"_WEIGHT_BYTES (\d+)u", header).group(1))
     rows = [SizeRow("weights (generated constants)", weights), SizeRow("arena", int(planned.meta["arena_size"]))]
-    images = [f / f"{build.name}.elf" for f in (build, cortex_m4_build(build))]
-    elf = next((e for e in images if e.is_file()), None)
+    images = [build / f"{build.name}.elf", *(own_image(r / build.name) for r in cortex_m4)]
+    elf = next((e for e in images if e is not None and e.is_file()), None)
     obj = build / f"{build.name}.o"
     if elf is not None:
         image = size_report(elf)

@@ -31,6 +31,8 @@ TARGET_SYMBOL = "__kiln_target_"
 
 RUNTIME = runtime()
 HARNESS = RUNTIME / "firmware"
+HARNESS_MAIN = "firmware_main"  # the harness's main(), which a firmware with its own main leaves out
+APP = RUNTIME / "app"  # the C library's system calls for a firmware's own main (printf over semihosting, a heap)
 CFLAGS = STRICT_FLAGS + ["-O2"]
 LIBS = ["m"]
 OVERFLOW = re.compile(r"region `(\w+)' overflowed by (\d+) bytes")
@@ -69,6 +71,11 @@ def platform_dir(t: Target | str | None = None) -> Path:
 def platform_sources(t: Target | str | None = None) -> list[Path]:
     """Every C file a firmware links besides the models and their table."""
     return runtime_sources() + sorted(HARNESS.glob("*.c")) + sorted(platform_dir(t).glob("*.c"))
+
+
+def app_sources() -> list[Path]:
+    """What a firmware with its own main() links in place of the harness's main: the C library's system calls."""
+    return sorted(APP.glob("*.c"))
 
 
 def include_dirs(t: Target | str | None = None) -> list[Path]:

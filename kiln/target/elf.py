@@ -4,13 +4,16 @@ Each target's linker script (`cortex_m.linker_script`) defines an absolute
 symbol `__kiln_target_<name>` ('-' spelled '_'), so an image names its target
 and a runner never starts it on the wrong board. A 32-bit little-endian ELF
 reader: both toolchains' images are.
+
+Standard library and relative imports only: the SCons tool `kiln_cortex_m`
+loads this module under the registry's private package name.
 """
 from __future__ import annotations
 
 import struct
 from pathlib import Path
 
-from kiln.errors import KilnError
+from ..errors import KilnError
 
 from .cortex_m import target_symbol
 from .targets import TARGETS, Target

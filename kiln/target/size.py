@@ -20,6 +20,9 @@ takes: a model too large for a board is reported from it, and its link then
 fails with the linker's region overflow (`cortex_m.link_error`).
 
     python -m kiln.target.size [--json FILE] ELF_OR_FOLDER...
+
+Standard library and relative imports only: the SCons tool `kiln_cortex_m`
+loads this module under the registry's private package name.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kiln.errors import KilnError
+from ..errors import KilnError
 
 from .elf import image_target
 from .targets import Target

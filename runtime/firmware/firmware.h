@@ -24,6 +24,9 @@ uint64_t kiln_ticks(void);
  * instruction per virtual nanosecond): ticks x 10^9 / the counter's clock. */
 uint64_t kiln_instructions(uint64_t ticks);
 
+/* How the startup code ends the program when main returns with `status`. */
+void kiln_exit(int status) __attribute__((noreturn));
+
 /* The stack's lowest word (the MPU guard is below it) and its top. */
 uint32_t *kiln_stack_limit(void);
 uint32_t *kiln_stack_top(void);

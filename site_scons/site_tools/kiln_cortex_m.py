@@ -111,6 +111,7 @@ def kiln_linker_script(env, build_root: str) -> list:
 
 def kiln_platform_objects(env, build_root: str) -> list:
     """The runtime (without the host harness), kernel stubs, harness and platform files, compiled once per build root."""
+    kiln_scons.claim_root(env, build_root)
     if build_root not in _PLATFORM_OBJECTS:
         objs = []
         for src in cortex_m.platform_sources(_target(env)):
@@ -121,7 +122,7 @@ def kiln_platform_objects(env, build_root: str) -> list:
 
 
 def kiln_firmware(env, target, models: list[dict], build_root: str) -> list:
-    """A firmware image `target`.elf linking `models` (KilnModel results); returns [elf, map].
+    """A firmware image `target`.elf linking `models` (KilnModel results) with Kiln's harness; returns [elf, map].
 
     `target` is a File node (safe for any folder name) or a path string, without a suffix.
     """
@@ -130,7 +131,17 @@ def kiln_firmware(env, target, models: list[dict], build_root: str) -> list:
     table = env.Command(base.dir.File(f"./{base.name}_models.c"), [m["header"] for m in models] + [env.Value(" ".join(prefixes))],
                         SCons.Action.Action(_table_action, "kiln table $TARGET"), KILN_PREFIXES=prefixes)
     table_obj = env.Object(base.dir.File(f"./{base.name}_models{env.subst('$OBJSUFFIX')}"), table, CPPPATH=_includes(env))
-    objs = [m["object"] for m in models] + table_obj + kiln_platform_objects(env, build_root)
+    image = _image(env, base, [m["object"] for m in models] + table_obj + kiln_platform_objects(env, build_root), build_root)
+    if len(models) == 1:
+        m = models[0]
+        fit = env.Command(base.dir.File(f"./{base.name}.fit"), [m["header"], m["object"][0]],
+                          SCons.Action.Action(_fit_action, "kiln fit $TARGET"), KILN_PREFIX=m["prefix"], KILN_MODEL=m["name"])
+        env.Depends(image, fit)
+    return image
+
+
+def _image(env, base, objs: list, build_root: str) -> list:
+    """Link `objs` with the target's linker script into `base`.elf and its map; returns [elf, map]."""
     script = kiln_linker_script(env, build_root)[0]
     elf, map_file = base.dir.File(f"./{base.name}.elf"), base.dir.File(f"./{base.name}.map")
     # Paths relative to the top folder keep absolute paths out of the cache signature; as literals the
@@ -140,14 +151,36 @@ def kiln_firmware(env, target, models: list[dict], build_root: str) -> list:
     image = env.Program([elf, map_file], objs, LIBS=cortex_m.LIBS,
                         LINKFLAGS=cortex_m.linkflags(_target(env)) + flags, LINKCOM=link)
     env.Depends(image, script)
-    if len(models) == 1:
-        m = models[0]
-        fit = env.Command(base.dir.File(f"./{base.name}.fit"), [m["header"], m["object"][0]],
-                          SCons.Action.Action(_fit_action, "kiln fit $TARGET"), KILN_PREFIX=m["prefix"], KILN_MODEL=m["name"])
-        env.Depends(image, fit)
-        if _target(env).name == cortex_m.DEFAULT:  # a model's own Cortex-M4 image: the reports show its per-layer instructions
-            kiln_scons.add_image_to_reports(env, build_root, [elf, map_file])
     return image
+
+
+def kiln_runtime_objects(env, build_root: str, harness: bool = True) -> list:
+    """The runtime and kernels for the target, compiled once per build root, with its platform files: Kiln's harness
+    (`harness=True`), or for a firmware with its own main the startup, semihosting and the C library's system calls
+    (`runtime/app/`)."""
+    objs = kiln_platform_objects(env, build_root)
+    if harness:
+        return objs
+    if build_root not in _APP_OBJECTS:
+        _APP_OBJECTS[build_root] = [env.Object(f"{build_root}/_app/{src.stem}", env.fs.File(str(src)), CPPPATH=_includes(env))[0]
+                                    for src in cortex_m.app_sources()]
+    return [o for o in objs if Path(str(o)).stem != cortex_m.HARNESS_MAIN] + _APP_OBJECTS[build_root]
+
+
+_APP_OBJECTS: dict[str, list] = {}
+
+
+def kiln_app(env, target, sources: list, models: list[dict]) -> list:
+    """A firmware image of your own for the target: `sources` (C files with their own `main`, or objects) linked
+    with `models` (`KilnTargetModels` in this environment), the runtime, the kernels, the board's startup code and
+    linker script, and semihosting stdio (printf, `kiln qemu`); `target` names the image without its suffix.
+    Returns [elf, map]."""
+    base = kiln_scons.target_file(env, target)
+    root = kiln_scons.app_root(env, base, models)
+    if kiln_scons.stand_ins(models):
+        return kiln_scons.stand_ins(models)
+    objs = kiln_scons.app_objects(env, base, sources, models) + [o for m in models for o in m["object"]]
+    return _image(env, base, objs + kiln_runtime_objects(env, root, harness=False), root)
 
 
 def _includes(env) -> list:
@@ -161,6 +194,9 @@ def generate(env) -> None:
                 KILN_TARGET=t.name)
     env.AddMethod(kiln_platform_objects, "KilnPlatformObjects")
     env.AddMethod(kiln_firmware, "KilnFirmware")
+    env.AddMethod(kiln_firmware, "KilnProgram")  # a model's own program, on this target: its image
+    env.AddMethod(kiln_runtime_objects, "KilnRuntimeObjects")
+    env.AddMethod(kiln_app, "KilnApp")
 
 
 def exists(env) -> bool:

@@ -27,6 +27,13 @@ arguments, and compiler command lines quote every path with `shlex.quote`
 place since the build wrote it (a corrupted artifact) is rebuilt, never
 used: SCons itself only compares what a target depends on.
 
+What a SConstruct calls (`docs/build.md`): `KilnModels` (every model folder,
+as `Models`), `KilnModel`, `KilnTarget` (a firmware target's environment,
+with the `kiln_cortex_m` tool), `KilnTargetModels`, `KilnApp` (a program of
+the firmware's own sources and the models), `KilnProgram` and
+`KilnManifest` (a model's own program, which each model declares itself),
+`KilnRuntimeObjects` and `KilnErrors`.
+
 Global settings: the tool adds the `--kiln-cache` options and appends its
 part of `scons -h`. Only with the shared cache on does it set one global
 option, `hash_format=sha256` (cache entries are named by build signatures),
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -250,7 +258,8 @@ def _error(message: str) -> None:
 
 
 def kiln_model(env, model_dir: str, build_root: str) -> dict:
-    """Declare every stage of one model; returns {"name", "stages": {name: [nodes]}, "object", "prefix", "build", "alias"}.
+    """Declare every stage of one model, its object and its own program (what `kiln check` runs); returns {"name",
+    "stages": {name: [nodes]}, "object", "header", "program", "prefix", "build", "alias", "root", "target"}.
 
     A model whose model.toml (or folder) is wrong stops the build with its one-line error; `KilnModels` reports it
     and builds the others.
@@ -261,8 +270,41 @@ def kiln_model(env, model_dir: str, build_root: str) -> dict:
         _error(str(exc))
 
 
-def kiln_models(env, models_dir: str, build_root: str) -> list[dict]:
-    """Declare every model folder (`*/model.toml`) under `models_dir`, in name order; returns the models that declare.
+class Models(list):
+    """The models `KilnModels` (or `KilnTargetModels`) declared, in name order: a list of the models that declare,
+    which a SConstruct can also index by name.
+
+    `models["kws"]` is that model; for a model whose model.toml is broken it
+    is a stand-in of the same shape whose every target fails (its one-line
+    error was reported when the SConscripts were read), so a SConstruct
+    written for good models still builds every other one; an unknown name
+    stops the build with one line and the closest name.
+    """
+
+    def __init__(self, declared: list[dict], broken: dict[str, dict], where: str) -> None:
+        super().__init__(declared)
+        self.broken = broken
+        self.where = where
+
+    def __getitem__(self, key):
+        if not isinstance(key, str):
+            return super().__getitem__(key)
+        found = next((m for m in self if m["name"] == key), None) or self.broken.get(key)
+        if found is None:
+            names = sorted([m["name"] for m in self] + list(self.broken))
+            close = difflib.get_close_matches(key, names, 1)
+            _error(f"no model {key!r} in {self.where} (" + (f"did you mean {close[0]!r}?)" if close else
+                                                            f"models: {', '.join(names) or 'none'})"))
+        return found
+
+    def __contains__(self, key) -> bool:
+        if isinstance(key, str):
+            return key in self.broken or any(m["name"] == key for m in self)
+        return super().__contains__(key)
+
+
+def kiln_models(env, models_dir: str, build_root: str) -> Models:
+    """Declare every model folder (`*/model.toml`) under `models_dir`, in name order; returns them as `Models`.
 
     A broken model (bad model.toml, missing source or calibration file) is
     reported in one line, listed by `scons -h`, and its name is a target
@@ -271,38 +313,85 @@ def kiln_models(env, models_dir: str, build_root: str) -> list[dict]:
     model).
     """
     folder = models_dir if isinstance(models_dir, SCons.Node.Node) else env.Dir(_literal(models_dir))
-    declared = []
+    declared, broken = [], {}
     for toml in sorted(Path(folder.abspath).glob("*/model.toml")):
         try:
             declared.append(_declare_model(env, folder.Dir("./" + toml.parent.name), build_root))
         except KilnError as exc:
-            _broken(env, toml.parent.name, build_root, str(exc))
+            broken[toml.parent.name] = _broken(env, toml.parent.name, build_root, str(exc))
     _help(build_root, declared)
-    return declared
+    return Models(declared, broken, folder.path)
 
 
-def _broken(env, name: str, build_root: str, message: str) -> None:
-    """Report a model that cannot be declared, once; its target (and its name) fail, after the rest of the build."""
+def _broken(env, name: str, build_root: str, message: str) -> dict:
+    """Report a model that cannot be declared, once; returns its stand-in, whose targets (its name, an alias: nothing
+    is written under a name that may be unusable) fail, after the rest of the build."""
     if message not in _PROGRESS.broken:
         print(f"kiln: error: {message}", file=sys.stderr)
         _PROGRESS.broken.append(message)
-    marker = env.Alias(SCons.Node.Alias.default_ans.Alias(name), [], SCons.Action.Action(lambda target, source, env: 1, None))
-    env.AlwaysBuild(marker)
-    _BROKEN.extend(marker)
+    alias = SCons.Node.Alias.default_ans.Alias(name)
+    fail = env.Alias(alias, [], SCons.Action.Action(lambda target, source, env: 1, None))
+    env.AlwaysBuild(fail)
+    if alias not in _BROKEN:
+        _BROKEN.append(alias)
+    return {"name": name, "stages": {st.name: fail for st in registry.STAGES}, "object": fail, "header": alias,
+            "program": fail, "prefix": name, "build": env.Dir(_literal(f"{build_root}/{name}")), "alias": alias,
+            "root": build_root, "target": _target_name(env), "broken": message}
+
+
+def stand_ins(models: list[dict]) -> list:
+    """The failing targets of the broken models among `models` (a program that links one is that target)."""
+    return [n for m in models if "broken" in m for n in m["object"]]
 
 
 _BROKEN: list = []
 
 
 def kiln_errors(env, after: list | None = None) -> list:
-    """The targets of the broken models `KilnModels` found (each fails with its model's error), built after `after`
-    (the rest of a default build, so a build without `-k` still builds every other model first)."""
-    if after:
-        env.Depends(_BROKEN, after)
+    """The targets of the broken models `KilnModels` found (each fails; its error was reported), built after the
+    targets of `after` that do not need them (the rest of a default build, so a build without `-k` still builds
+    every other model first)."""
+    if after and _BROKEN:
+        env.Depends(_BROKEN, _independent(SCons.Util.flatten(after), set(_BROKEN)))
     return list(_BROKEN)
 
 
+def _independent(nodes: list, broken: set) -> list:
+    """The nodes of `nodes` whose declared dependencies reach none of `broken` (those that do fail on their own)."""
+    reaches: dict = {}
+    for top in nodes:
+        todo = [(top, False)]
+        while todo:
+            node, expanded = todo.pop()
+            if node in reaches:
+                continue
+            children = node.children(scan=0)
+            if expanded or node in broken:
+                reaches[node] = node in broken or any(reaches.get(c, False) for c in children)
+                continue
+            todo.append((node, True))
+            todo.extend((c, False) for c in children if c not in reaches)
+    return [n for n in nodes if not reaches[n]]
+
+
+_ROOTS: dict[str, str] = {}  # build root -> the target ("host" or a firmware target) whose files it holds
+
+
+def _target_name(env) -> str:
+    return str(env.get("KILN_TARGET") or "host")
+
+
+def claim_root(env, build_root: str) -> None:
+    """A build root holds one target's files: the host's or one firmware target's (their objects share names)."""
+    root, target = os.path.normpath(str(build_root)), _target_name(env)
+    holder = _ROOTS.setdefault(root, target)
+    if holder != target:
+        _error(f"build root {root} holds the {holder} build; give the {target} build a root of its own "
+               f"(for example {os.path.join(os.path.dirname(root) or '.', target)})")
+
+
 def _declare_model(env, model_dir, build_root: str) -> dict:
+    claim_root(env, build_root)
     model_dir_node = model_dir if isinstance(model_dir, SCons.Node.Node) else env.Dir(_literal(model_dir))
     folder = Path(model_dir_node.abspath)
     name = folder.name
@@ -338,20 +427,35 @@ def _declare_model(env, model_dir, build_root: str) -> dict:
     env.Alias(alias, obj)
     _PROGRESS.models[(build_root, name)] = {"run": 0, "cached": 0, "seconds": 0.0, "header": header, "object": obj[0],
                                             "nodes": {n for nodes in stages.values() for n in nodes}}
+    env.Requires(obj, root_record(env, build_root))
     add_to_report(env, build_root, [n for nodes in stages.values() for n in nodes] + obj)
-    return {"name": name, "stages": stages, "object": obj, "prefix": prefix, "build": build, "alias": alias,
-            "header": header}
+    model = {"name": name, "stages": stages, "object": obj, "prefix": prefix, "build": build, "alias": alias,
+             "header": header, "root": build_root, "target": _target_name(env)}
+    return _with_program(env, model)
 
 
-def kiln_target_models(env, models: list[dict], build_root: str) -> list[dict]:
+def _with_program(env, model: dict) -> dict:
+    """`model` with its own program: Kiln's harness linked with this model alone (`env.KilnProgram`: a host program,
+    or a firmware target's image) and its manifest, which `kiln check` runs and compares; part of the model's alias."""
+    program = env.KilnProgram(model["build"].File("./" + model["name"]), [model], model["root"])
+    model["program"] = program + env.KilnManifest(program[0], model)
+    env.Alias(model["alias"], model["program"])
+    if model["target"] == firmware_targets.DEFAULT:  # a Cortex-M4 image: the reports show its per-layer instructions
+        add_image_to_reports(env, model["root"], model["program"])
+    return model
+
+
+def kiln_target_models(env, models: list[dict], build_root: str) -> Models:
     """`models` (declared by `KilnModels` in their stage root) for another build root, a firmware target's.
 
     The stages do not depend on the target, so none runs again: each model's
     stage artifacts are copied into `build_root/<model>/` (what `kiln check`,
-    the benchmarks and the report read there) and its generated C is compiled
-    there by `env`, the target's environment. Returns the models as
-    `KilnModels` does, with the copies as their stage nodes.
+    the benchmarks and the report read there), its generated C is compiled
+    there by `env`, the target's environment, and its own image and manifest
+    join the model's alias. Returns the models as `KilnModels` does, with the
+    copies as their stage nodes (a broken model's stand-in stays one).
     """
+    claim_root(env, build_root)
     found = []
     for m in models:
         build = env.Dir(_literal(f"{build_root}/{m['name']}"))
@@ -361,11 +465,13 @@ def kiln_target_models(env, models: list[dict], build_root: str) -> list[dict]:
         c_source, header = (next(n for n in stages["codegen"] if str(n).endswith(suffix)) for suffix in (".c", ".h"))
         obj = env.Object(build.File(f"./{m['name']}{env.subst('$OBJSUFFIX')}"), c_source,
                          CPPPATH=[env.fs.Dir(str(paths.runtime()))])
-        env.Requires(obj, copies)  # the whole folder, for `kiln check` and the report, whenever the model is built
+        env.Requires(obj, copies + root_record(env, build_root))  # the whole folder, for `kiln check` and the report
         add_to_report(env, build_root, copies + obj)
-        found.append(dict(m, stages=stages, object=obj, build=build, header=header))
+        found.append(_with_program(env, dict(m, stages=stages, object=obj, build=build, header=header, root=build_root,
+                                             target=_target_name(env))))
+    broken = {name: _broken(env, name, build_root, b["broken"]) for name, b in getattr(models, "broken", {}).items()}
     _help(build_root, found)
-    return found
+    return Models(found, broken, getattr(models, "where", build_root))
 
 
 def _copy_action(target, source, env):
@@ -431,7 +537,8 @@ def _help(build_root: str, models: list[dict]) -> None:
     SCons.Script.Help(
         f"\nKiln models ({build_root}): {names}{broken}\n"
         f"  stages, in order: {', '.join(s.name for s in registry.STAGES)}\n"
-        "  targets: MODEL (its stages and object, and what the SConstruct adds), MODEL-STAGE (one model up to one stage),\n"
+        "  targets: MODEL (its stages, object and own program, and what the SConstruct adds), MODEL-STAGE (one model up\n"
+        "           to one stage),\n"
         f"           report ({build_root}/report.html: layers, memory and sizes of every model)\n"
         "  options: --kiln-cache=DIR or =http(s)://SERVER (or KILN_CACHE) shares stage results between builds and clones;\n"
         "           --kiln-cache-readonly (or KILN_CACHE_READONLY=1) reads it and never writes (untrusted builds);\n"
@@ -441,36 +548,33 @@ def _help(build_root: str, models: list[dict]) -> None:
 
 
 _REPORTS: dict[str, list] = {}
-_IMAGES: dict[str, list] = {}  # folder holding build roots -> the Cortex-M4 images declared under one of them
+_IMAGES: dict[str, list] = {}  # build root -> the models' own Cortex-M4 images declared there
 
 
 def add_to_report(env, build_root: str, nodes: list) -> None:
     """`scons report`: `<build root>/report.html` (kiln build-report), rebuilt when a model's artifacts, its
-    compiled code or the compiler change, and built after the Cortex-M4 images beside it (their per-layer counts)."""
+    compiled code or the compiler change, and built after the build's Cortex-M4 images (their per-layer counts)."""
     if build_root not in _REPORTS:
         page = env.Command(env.Dir(_literal(build_root)).File("./report.html"), [],
                            SCons.Action.Action(_run_report, "kiln build-report $TARGET"))
         env.Depends(page, [env.fs.File(str(f)) for f in registry.package_files(SOURCE_ROOT)])
-        env.Depends(page, _IMAGES.get(_parent(build_root), []))
+        env.Depends(page, [n for image in _IMAGES.values() for n in image])
         env.Alias("report", page)
         _REPORTS[build_root] = page
     env.Depends(_REPORTS[build_root], nodes)
 
 
 def add_image_to_reports(env, build_root: str, image: list) -> None:
-    """A model's Cortex-M4 image: every report of the build roots beside `build_root` shows its per-layer counts."""
-    _IMAGES.setdefault(_parent(build_root), []).extend(image)
-    for root, page in _REPORTS.items():
-        if _parent(root) == _parent(build_root):
-            env.Depends(page, image)
-
-
-def _parent(build_root: str) -> str:
-    return os.path.dirname(os.path.normpath(build_root))
+    """A model's own Cortex-M4 image and manifest, in any build root: every report shows its per-layer counts."""
+    _IMAGES.setdefault(build_root, []).extend(image)
+    for page in _REPORTS.values():
+        env.Depends(page, image)
 
 
 def _run_report(target, source, env) -> int:
     cmd = [str(env["KILN_PYTHON"]), "-P", "-m", "kiln", "build-report", target[0].dir.path, "-o", target[0].path]
+    for root in sorted(_IMAGES):  # where the Cortex-M4 images are, whatever the build's layout
+        cmd += ["--cortex-m4", env.Dir(_literal(root)).path]
     return SCons.Action.scons_subproc_run(env, cmd).returncode
 
 
@@ -480,7 +584,9 @@ def _model_table_action(target, source, env):
 
 
 def _manifest_action(target, source, env):
-    write_atomic(str(target[0]), manifest.manifest([Path(str(s)) for s in source]).encode())
+    about = env["KILN_ABOUT"]
+    files = [Path(str(s)) for s in source if isinstance(s, SCons.Node.FS.File)]
+    write_atomic(str(target[0]), manifest.manifest(files, about["program"], about["target"]).encode())
     return 0
 
 
@@ -534,6 +640,73 @@ def kiln_program(env, target, models: list[dict], build_root: str):
     return env.Program(program, objs + table_obj + runtime_objs, LIBS=["m"])
 
 
+def kiln_app(env, target, sources: list, models: list[dict]) -> list:
+    """A firmware of your own: `sources` (C files, compiled with the models' headers and `kiln_runtime.h` on the
+    include path, or objects) linked with `models`, the runtime and the kernels, without Kiln's harness; with the
+    C library's maths (`m`), which the kernels need. In a target's environment (`KilnTarget`) the same call links
+    an image for its board (`kiln_cortex_m`); here, a host program.
+
+    `target` is a File node or a path string; each C source compiles into `_<name>/` beside it, so one main.c
+    builds for the host and every target.
+    """
+    program = target_file(env, target)
+    root = app_root(env, program, models)
+    if stand_ins(models):
+        return stand_ins(models)
+    objs = app_objects(env, program, sources, models) + [o for m in models for o in m["object"]]
+    runtime = env.KilnRuntimeObjects(root, harness=False)
+    return env.Program(program, objs + runtime, LIBS=with_libm(env))
+
+
+def app_root(env, program, models: list[dict]) -> str:
+    """The build root of an app's models: they must be one root's, declared for the app's target."""
+    roots = {m["root"] for m in models}
+    if len(roots) != 1 or any(m["target"] != _target_name(env) for m in models):
+        where = ", ".join(f"{m['name']} ({m['target']}, {m['root']})" for m in models) or "none"
+        _error(f"KilnApp {program}: link models declared for this environment's target ({_target_name(env)}), "
+               f"all in one build root (KilnModels, or KilnTargetModels in a KilnTarget environment); got {where}")
+    return roots.pop()
+
+
+def app_objects(env, program, sources: list, models: list[dict]) -> list:
+    """`sources` compiled for `program` (C files; anything else, such as an object, as it is)."""
+    folder = program.dir.Dir("./_" + program.name)
+    include = list(env.get("CPPPATH", [])) + [m["build"] for m in models] + [env["KILN_RUNTIME"]]
+    objs = []
+    for src in SCons.Util.flatten(sources):
+        node = src if isinstance(src, SCons.Node.Node) else env.File(src)
+        if node.name.endswith(".c"):
+            objs += env.Object(folder.File("./" + node.name[:-2] + env.subst("$OBJSUFFIX")), node, CPPPATH=include)
+        else:
+            objs.append(node)
+    return objs
+
+
+def with_libm(env) -> list:
+    """The environment's libraries and the C library's maths (`expf`, `tanhf`, ... in the kernels)."""
+    libs = list(env.get("LIBS", []))
+    return libs + ([] if "m" in libs else ["m"])
+
+
+_CROSS: dict = {}
+
+
+def kiln_target(env, name: str, **overrides):
+    """The construction environment of firmware target `name` (`kiln/target/targets.py`): a clone of `env` with
+    the `kiln_cortex_m` tool, the target's cross compiler and flags; `overrides` are set on it. An unknown name is
+    one line listing the targets."""
+    try:
+        firmware_targets.target(name)
+    except KilnError as exc:
+        _error(str(exc))
+    key = (id(env), name, repr(sorted(overrides.items())))
+    if key not in _CROSS:
+        cross = env.Clone(KILN_TARGET=name, **overrides)
+        cross.Tool("kiln_cortex_m", toolpath=[str(Path(__file__).parent)])
+        _CROSS[key] = (env, cross)  # the env too: its id stays its own while the clone lives
+    return _CROSS[key][1]
+
+
 def target_file(env, target):
     """A File node for `target`: a node as it is, a string as SCons reads it (with `$` substitution)."""
     return target if isinstance(target, SCons.Node.Node) else env.File(target)
@@ -558,18 +731,39 @@ def kiln_manifest(env, program, model: dict):
     """
     files = manifest.recorded(model["name"])
     sources = sorted((n for nodes in model["stages"].values() for n in nodes if Path(str(n)).name in files), key=str)
-    record = env.Command(model["build"].File(f"./{model['name']}.manifest"), sources,
-                         SCons.Action.Action(_manifest_action, "manifest $TARGET"))
+    program = target_file(env, program)
+    about = {"program": program.name, "target": _target_name(env)}  # which file `kiln check` runs, and where
+    record = env.Command(model["build"].File(f"./{model['name']}.manifest"), sources + [env.Value(json.dumps(about))],
+                         SCons.Action.Action(_manifest_action, "manifest $TARGET"), KILN_ABOUT=about)
     env.Requires(record, program)
     return record
+
+
+_RECORDS: dict[str, list] = {}
+
+
+def root_record(env, build_root: str) -> list:
+    """`<build root>/_kiln/build.json`: the target the root holds and the `scons` arguments that build it
+    (`KILN_SCONS_ARGS`), so `kiln check` knows a root's board and says how to build a model it lacks."""
+    if build_root not in _RECORDS:
+        text = manifest.root_record(_target_name(env), str(env.get("KILN_SCONS_ARGS", "")))
+        _RECORDS[build_root] = env.Command(env.Dir(_literal(build_root)).Dir("./_kiln").File("./build.json"),
+                                           env.Value(text), SCons.Action.Action(_record_action, None))
+    return _RECORDS[build_root]
+
+
+def _record_action(target, source, env):
+    write_atomic(str(target[0]), source[0].read().encode())
+    return 0
 
 
 def kiln_runtime_objects(env, build_root: str, harness: bool = True) -> list:
     """The runtime, harness and kernel stubs compiled once per build root.
 
     `harness=False` leaves out the host harness (`host_main.c`, which has `main`),
-    for a firmware that calls the models from its own main.
+    for a firmware that calls the models from its own main (`KilnApp` links them so).
     """
+    claim_root(env, build_root)
     if build_root not in _RUNTIME_OBJECTS:
         objs = []
         for folder, sub in ((paths.runtime(), "runtime"), (paths.stubs(), "firmware_stubs")):
@@ -842,11 +1036,14 @@ def generate(env) -> None:
         env["ESCAPE"] = shlex.quote  # SCons's POSIX quoting leaves backquotes live inside its double quotes
     env["KILN_TARGETS"] = list(firmware_targets.TARGETS)  # the firmware targets (`target=NAME`), as data
     env["KILN_RUNTIME"] = env.Dir(str(paths.runtime()))  # for CPPPATH: kiln_runtime.h, which generated headers include
+    env.AppendUnique(LIBS=["m"])  # the kernels' maths: any program that links Kiln's objects needs it
     for st in registry.STAGES:
         env["BUILDERS"][f"KilnStage_{st.name}"] = SCons.Builder.Builder(action=StageAction(st.name))
     env.AddMethod(kiln_model, "KilnModel")
     env.AddMethod(kiln_models, "KilnModels")
     env.AddMethod(kiln_target_models, "KilnTargetModels")
+    env.AddMethod(kiln_target, "KilnTarget")
+    env.AddMethod(kiln_app, "KilnApp")
     env.AddMethod(kiln_errors, "KilnErrors")
     env.AddMethod(kiln_program, "KilnProgram")
     env.AddMethod(kiln_manifest, "KilnManifest")
