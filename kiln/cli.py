@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="run every built model's program (host, or firmware under QEMU: build/TARGET) "
                        "against the reference executor")
     k.add_argument("build_root", type=Path, nargs="?", default=Path("build/host"))
+    k.add_argument("--layers", action="store_true", help="compare every layer's output with the reference and name the "
+                   "first layer that differs, with each layer's SQNR against the float graph")
     k.set_defaults(func=_cmd_check)
 
     b = sub.add_parser("build-report", help="one self-contained HTML page of every model built under a build root")
@@ -256,6 +258,12 @@ def _cmd_scons_tools(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from kiln.check import check_all, passed, render
 
+    if args.layers:
+        from kiln.check_layers import check_layers_all, layers_passed, render_layers
+
+        checked = check_layers_all(args.build_root)
+        print(render_layers(checked))
+        return 0 if all(layers_passed(r) for r in checked) else 1
     rows = check_all(args.build_root)
     print(render(rows))
     return 0 if all(passed(r) for r in rows) else 1
