@@ -84,6 +84,15 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--samples", type=int, default=8, help="how many of the calibration samples each build keeps to compare on")
     b.set_defaults(func=_cmd_build_report)
 
+    x = sub.add_parser("extract", help="cut the layers between named tensors of a model source into a model folder of its own")
+    x.add_argument("source", type=Path, help="a model folder, model.py, .pt2, .onnx or .tflite file")
+    x.add_argument("--from", dest="starts", nargs="+", action="extend", required=True, metavar="TENSOR",
+                   help="the tensors the cut starts from: its inputs (names as `kiln inspect imported.kir` shows them)")
+    x.add_argument("--to", dest="ends", nargs="+", action="extend", required=True, metavar="TENSOR", help="the tensors it computes: its outputs")
+    x.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
+    x.add_argument("-o", "--output", type=Path, required=True, help="the new model folder (its name is the model's)")
+    x.set_defaults(func=_cmd_extract)
+
     t = sub.add_parser("scons-tools", help="print the folder of Kiln's SCons tools (for toolpath=[...]); fails when this "
                        "Python lacks a package Kiln needs")
     t.set_defaults(func=_cmd_scons_tools)
@@ -240,6 +249,15 @@ def _cmd_new(args: argparse.Namespace) -> int:
 
     folder = new_model(args.name, args.source, args.models_dir)
     print(f"kiln: created {folder} (edit its model.toml, then `scons {args.name}`)", file=sys.stderr)
+    return 0
+
+
+def _cmd_extract(args: argparse.Namespace) -> int:
+    from kiln.extract import extract
+
+    name, model_dir, cfg = resolve_source(args.source, args.config)
+    folder = extract(name, model_dir, cfg, args.source, args.starts, args.ends, args.output)
+    print(f"kiln: wrote {folder} (compile it with `kiln compile {folder}`, or build it with scons)", file=sys.stderr)
     return 0
 
 
