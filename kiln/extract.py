@@ -63,9 +63,9 @@ def cut(graph: Graph, starts: list[str], ends: list[str], source: Path, name: st
     if both:
         raise KilnError(f"{source}: {both[0]!r} is both --from and --to")
     producers, kept, reached = graph.producers(), set(), set()
-    pending = [(n, None) for n in ends]
+    pending = [(n, n, None) for n in ends]  # (tensor, the --to tensor that needs it, the node that reads it)
     while pending:
-        tensor, user = pending.pop()
+        tensor, end, user = pending.pop()
         if tensor in starts:
             reached.add(tensor)
             continue
@@ -73,12 +73,12 @@ def cut(graph: Graph, starts: list[str], ends: list[str], source: Path, name: st
             continue
         node = producers.get(tensor)
         if node is None:
-            needer = f"node {user.name!r} ({user.op}) needs" if user else "--to needs"
-            raise KilnError(f"{source}: {needer} {tensor!r}, which is not computable from --from {', '.join(starts)} "
-                            "(it is an input of the model: add it to --from)")
+            read = f" (read by node {user.name!r}, {user.op})" if user else ""
+            raise KilnError(f"{source}: --to {end!r} needs the model input {tensor!r}{read}, which is not computable "
+                            f"from --from {' '.join(starts)}: add it to --from, or cut after it")
         if node.name not in kept:
             kept.add(node.name)
-            pending += [(i, node) for i in node.inputs]
+            pending += [(i, end, node) for i in node.inputs]
     unread = [s for s in starts if s not in reached]
     if unread:
         raise KilnError(f"{source}: --from {unread[0]!r}: nothing between --from and --to reads it")

@@ -37,11 +37,12 @@ WRONG_MAX_POOL = ("for (ix = x0; ix < x1; ix++) {\n                const int32_t
 
 
 def documented(command: str, *pages: Path) -> list[str]:
-    """`command` as docs/debugging.md (and `pages`) show it, checked to be there, as argv."""
+    """`command` (a `kiln` or `scons` line) as docs/debugging.md and `pages` show it, checked to be there, as argv."""
     for path in (DOC, *pages):
         text = path.read_text()
         assert re.search(rf"^(\$ )?{re.escape(command)}(\s|$)", text, re.M), f"{path.name} does not show `{command}`"
-    return [sys.executable, "-m", "kiln", *shlex.split(command)[1:]]
+    program, *args = shlex.split(command)
+    return [sys.executable, "-m", {"kiln": "kiln", "scons": "SCons"}[program], *args]
 
 
 def table(output: str, model: str) -> dict[int, list[str]]:
