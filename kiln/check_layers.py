@@ -132,6 +132,9 @@ def compare(layers: list[Layer], planned: Graph, got: list[dict[int, bytes]], wa
             raise KilnError(f"{program}: its hook reported layers {extra} and not {missing} on sample {sample}, "
                             "unlike planned.kir (rebuild the program)")
     for layer in (entry for entry in layers if entry.compared):
+        if any(layer.tensor not in w for w in want):
+            raise KilnError(f"{program}: layer {layer.index}'s output {layer.tensor} is not a tensor of quantized.kir "
+                            "(the build folder's graphs disagree: rebuild it)")
         t = planned.tensors[layer.tensor]
         dtype = np.dtype(DTYPES[t.dtype])
         for sample, (g, w) in enumerate(zip(got, want)):

@@ -27,6 +27,7 @@ import io
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -102,9 +103,10 @@ def _written(sub: Graph, folder: Path, source: Path) -> str:
         from kiln.export.tflite import NotExportable, to_tflite
 
         file, write, refusal, attrs = "model.tflite", lambda g: to_tflite(g).model, NotExportable, lambda n, g: n.attrs
-    elif sub.meta.get("tflite"):
-        raise KilnError(f"{source}: a {sub.meta['tflite']} .tflite source: kiln extract writes int8 .tflite files and "
-                        "float graphs from ONNX, PyTorch and .pt2 sources")
+    elif sub.meta.get("tflite") or sub.meta.get("quantized_source") == "qdq":
+        kind = f"a {sub.meta['tflite']} .tflite" if sub.meta.get("tflite") else "a QDQ ONNX"
+        raise KilnError(f"{source}: {kind} source: kiln extract cuts float graphs (ONNX, PyTorch and .pt2 sources) "
+                        "and int8 .tflite files")
     else:
         from kiln.export.onnx import NotWritable, canonical_attrs, to_onnx
 
@@ -168,6 +170,17 @@ def cut_calibration(graph: Graph, samples: dict[str, np.ndarray], starts: list[s
     return {s: np.concatenate(v) for s, v in values.items()}
 
 
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """An .npz file of `arrays` as np.savez writes it (fixed timestamps), for any key: np.savez takes its keys as
+    keyword arguments, so a tensor named `file` or `allow_pickle` would not reach the file."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        for key, array in arrays.items():
+            with archive.open(zipfile.ZipInfo(f"{key}.npy", (1980, 1, 1, 0, 0, 0)), "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
 def model_toml(name: str, original: str, file: str, starts: list[str], ends: list[str], config: dict, calibrated: bool) -> str:
     """The cut's model.toml: its source, its calibration, and the original's carried tables."""
     def text(v: Any) -> str:
@@ -206,9 +219,7 @@ def extract(name: str, model_dir: Path, config: dict, source: Path, starts: list
         samples = load_calibration(graph, config["quant"], model_dir, build / "calibration.npz")
         values = cut_calibration(graph, samples, starts, config["quant"])
         if values:
-            buf = io.BytesIO()
-            np.savez(buf, **values)
-            write_atomic(staged / "calibration.npz", buf.getvalue())
+            write_atomic(staged / "calibration.npz", npz_bytes(values))
         write_atomic(staged / "model.toml", model_toml(out.name, source.name, file, starts, ends, config, bool(values)).encode())
         os.rename(staged, out)
     return out

@@ -134,6 +134,13 @@ def test_a_wrong_kernel_is_found_at_its_layer_on_host_and_cortex_m4(make_repo):
         firsts.append(first)
     assert firsts[0] == firsts[1]
 
+    toml = repo / "models/tiny_cnn/model.toml"
+    toml.write_text(toml.read_text().replace('observer = "minmax"', 'observer = "percentile"'))
+    scons(repo, "tiny_cnn-quantize")
+    proc = subprocess.run(commands["host"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 1 and "tiny_cnn: out of date: quantized.kir changed since the program was built" in proc.stdout
+    assert "kws_dscnn_tflite: first layer that differs" not in proc.stdout
+
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> ModelBuilds:

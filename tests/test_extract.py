@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from test_check_layers import documented
+from test_check_layers import DOC, documented
 from kiln import cli, host
 from kiln.cli import resolve_source
 from kiln.ir import load
@@ -152,8 +152,38 @@ def test_one_line_errors(args, message, tmp_path, capsys):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_every_command_docs_debugging_shows_is_run_here():
+    """The `$` lines of docs/debugging.md are the commands the tests of this file and test_check_layers.py run."""
+    shown = {line[2:].strip() for line in DOC.read_text().splitlines() if line.startswith("$ ")}
+    assert shown == {"kiln check --layers build/host", "kiln check --layers build/cortex-m4", "kiln compile models/kws_dscnn_onnx -o out/",
+                     "kiln inspect out/imported.kir", "kiln extract models/kws_dscnn_onnx --from relu_2 --to relu_6 -o models/kws_middle",
+                     "scons kws_middle"}
+
+
 def test_a_qdq_source_is_refused_in_one_line(tmp_path, capsys):
     out = tmp_path / "cut"
     assert cli.main(["extract", str(ROOT / "models/ad_autoencoder_qdq"), "--from", "relu", "--to", "reconstruction", "-o", str(out)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "carries quantization parameters (a QDQ source)" in err, err
+    assert err == (f"kiln: error: {ROOT / 'models/ad_autoencoder_qdq'}: a QDQ ONNX source: kiln extract cuts float graphs "
+                   "(ONNX, PyTorch and .pt2 sources) and int8 .tflite files\n"), err
+    assert not out.exists()
+
+
+def test_any_tensor_name_reaches_the_calibration_file(tmp_path):
+    """A cut input named `file` (np.savez's own argument) or with quotes and a newline: its calibration is there."""
+    from onnx import helper
+    from onnx_models import FLOAT, make_model
+
+    odd = 'file"\n'
+    nodes = [helper.make_node("Relu", ["x"], ["file"], name="relu"), helper.make_node("Sigmoid", ["x"], [odd], name="sig"),
+             helper.make_node("Add", ["file", odd], ["y"], name="add")]
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes(make_model(nodes, {"x": ([1, 4], FLOAT)}, {}, ["y"], 17).SerializeToString())
+    np.save(folder / "calib.npy", np.random.default_rng(1).standard_normal((8, 1, 4)).astype(np.float32))
+    (folder / "model.toml").write_text('[model]\nsource = "model.onnx"\n[quant]\ncalibration = ["calib.npy"]\n')
+    out = tmp_path / "cut"
+    assert cli.main(["extract", str(folder), "--from", "file", odd, "--to", "y", "-o", str(out)]) == 0
+    with np.load(out / "calibration.npz") as npz:
+        assert sorted(npz.files) == sorted(["file", odd]) and npz["file"].shape == (8, 1, 4)
+    assert cli.main(["compile", str(out), "-o", str(tmp_path / "build")]) == 0
