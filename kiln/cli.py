@@ -84,14 +84,14 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--samples", type=int, default=8, help="how many of the calibration samples each build keeps to compare on")
     b.set_defaults(func=_cmd_build_report)
 
-    x = sub.add_parser("extract", help="cut the layers between named tensors of a model source into a model folder of its own")
-    x.add_argument("source", type=Path, help="a model folder, model.py, .pt2, .onnx or .tflite file")
-    x.add_argument("--from", dest="starts", nargs="+", action="extend", required=True, metavar="TENSOR",
+    cut = sub.add_parser("extract", help="cut the layers between named tensors of a model source into a model folder of its own")
+    cut.add_argument("source", type=Path, help="a model folder, model.py, .pt2, .onnx or .tflite file")
+    cut.add_argument("--from", dest="starts", nargs="+", action="extend", required=True, metavar="TENSOR",
                    help="the tensors the cut starts from: its inputs (names as `kiln inspect imported.kir` shows them)")
-    x.add_argument("--to", dest="ends", nargs="+", action="extend", required=True, metavar="TENSOR", help="the tensors it computes: its outputs")
-    x.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
-    x.add_argument("-o", "--output", type=Path, required=True, help="the new model folder (its name is the model's)")
-    x.set_defaults(func=_cmd_extract)
+    cut.add_argument("--to", dest="ends", nargs="+", action="extend", required=True, metavar="TENSOR", help="the tensors it computes: its outputs")
+    cut.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
+    cut.add_argument("-o", "--output", type=Path, required=True, help="the new model folder (its name is the model's)")
+    cut.set_defaults(func=_cmd_extract)
 
     t = sub.add_parser("scons-tools", help="print the folder of Kiln's SCons tools (for toolpath=[...]); fails when this "
                        "Python lacks a package Kiln needs")
