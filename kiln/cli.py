@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="run every built model's program (host, or firmware under QEMU) in a build root "
                        "against the reference executor")
     k.add_argument("build_root", type=Path, nargs="?", default=Path("build/host"))
+    k.add_argument("--layers", action="store_true", help="compare every layer's output with the reference and name the "
+                   "first layer that differs, with each layer's SQNR against the float graph")
     k.set_defaults(func=_cmd_check)
 
     u = sub.add_parser("qemu", help="run a firmware image on its target's QEMU board: its stdout and stderr "
@@ -95,6 +97,15 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doc", help="print a reference page that ships with Kiln (model-toml: every model.toml key)")
     d.add_argument("page", choices=["model-toml"])
     d.set_defaults(func=_cmd_doc)
+
+    cut = sub.add_parser("extract", help="cut the layers between named tensors of a model source into a model folder of its own")
+    cut.add_argument("source", type=Path, help="a model folder, model.py, .pt2, .onnx or .tflite file")
+    cut.add_argument("--from", dest="starts", nargs="+", action="extend", required=True, metavar="TENSOR",
+                   help="the tensors the cut starts from: its inputs (names as `kiln inspect imported.kir` shows them)")
+    cut.add_argument("--to", dest="ends", nargs="+", action="extend", required=True, metavar="TENSOR", help="the tensors it computes: its outputs")
+    cut.add_argument("--config", type=Path, help="model.toml (default: the one next to the source, if any)")
+    cut.add_argument("-o", "--output", type=Path, required=True, help="the new model folder (its name is the model's)")
+    cut.set_defaults(func=_cmd_extract)
 
     t = sub.add_parser("scons-tools", help="print the folder of Kiln's SCons tools (for toolpath=[...]); fails when this "
                        "Python lacks a package Kiln needs")
@@ -267,6 +278,15 @@ def _cmd_doc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_extract(args: argparse.Namespace) -> int:
+    from kiln.extract import extract
+
+    name, model_dir, cfg = resolve_source(args.source, args.config)
+    folder = extract(name, model_dir, cfg, args.source, args.starts, args.ends, args.output)
+    print(f"kiln: wrote {folder} (compile it with `kiln compile {folder}`, or build it with scons)", file=sys.stderr)
+    return 0
+
+
 def _cmd_scons_tools(args: argparse.Namespace) -> int:
     import importlib.util
 
@@ -282,6 +302,12 @@ def _cmd_scons_tools(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from kiln.check import check_all, passed, render
 
+    if args.layers:
+        from kiln.check_layers import check_layers_all, layers_passed, render_layers
+
+        checked = check_layers_all(args.build_root)
+        print(render_layers(checked))
+        return 0 if all(layers_passed(r) for r in checked) else 1
     rows = check_all(args.build_root)
     print(render(rows))
     return 0 if all(passed(r) for r in rows) else 1

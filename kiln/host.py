@@ -92,22 +92,36 @@ def _run_cc(cmd: list[str], blame: Path) -> None:
         raise KilnError(f"{blame}: C compilation failed:\n{proc.stderr.strip()}")
 
 
-def run_executable(exe: Path, graph: Graph, samples: list[list[np.ndarray]], model: str | None = None, timeout: float = 120) -> list[list[np.ndarray]]:
-    """Run `exe` on raw samples (one list of input arrays per sample); returns raw outputs per sample."""
+def _run(exe: Path, args: list[str], graph: Graph, samples: list[list[np.ndarray]], timeout: float) -> bytes:
+    """The harness's stdout for raw samples (one list of input arrays per sample)."""
     payload = b"".join(np.ascontiguousarray(a, DTYPES[graph.tensors[n].dtype]).tobytes() for s in samples for n, a in zip(graph.inputs, s))
-    proc = subprocess.run([str(exe)] + ([model] if model else []), input=payload, capture_output=True, timeout=timeout)
+    try:
+        proc = subprocess.run([str(exe), *args], input=payload, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise KilnError(f"{exe}: no exit within {timeout:g} s") from None
     if proc.returncode != 0:
         raise KilnError(f"{exe}: exited with status {proc.returncode}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def run_tensors(exe: Path, graph: Graph, samples: list[list[np.ndarray]], model: str | None = None, timeout: float = 600) -> str:
+    """The text report of `exe --tensors` on raw samples: every layer's output as the per-layer hook sees it."""
+    return _run(exe, ["--tensors"] + ([model] if model else []), graph, samples, timeout).decode(errors="replace")
+
+
+def run_executable(exe: Path, graph: Graph, samples: list[list[np.ndarray]], model: str | None = None, timeout: float = 120) -> list[list[np.ndarray]]:
+    """Run `exe` on raw samples (one list of input arrays per sample); returns raw outputs per sample."""
+    stdout = _run(exe, [model] if model else [], graph, samples, timeout)
     outs = [graph.tensors[n] for n in graph.outputs]
     per_sample = sum(t.nbytes for t in outs)
-    if len(proc.stdout) != per_sample * len(samples):
-        raise KilnError(f"{exe}: wrote {len(proc.stdout)} bytes, expected {per_sample * len(samples)}")
+    if len(stdout) != per_sample * len(samples):
+        raise KilnError(f"{exe}: wrote {len(stdout)} bytes, expected {per_sample * len(samples)}")
     result = []
     pos = 0
     for _ in samples:
         row = []
         for t in outs:
-            row.append(np.frombuffer(proc.stdout[pos : pos + t.nbytes], DTYPES[t.dtype]).reshape(t.shape).copy())
+            row.append(np.frombuffer(stdout[pos : pos + t.nbytes], DTYPES[t.dtype]).reshape(t.shape).copy())
             pos += t.nbytes
         result.append(row)
     return result

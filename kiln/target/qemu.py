@@ -63,6 +63,7 @@ class FirmwareRun:
     instructions: list[int]
     stack_bytes: int
     layers: list[LayerCount] = field(default_factory=list)
+    report: str = ""  # the harness's whole report (with `tensors`, its `tensor` lines)
 
 
 def qemu_command(elf: Path, args: list[str], timeout: float, target: Target) -> list[str]:
@@ -117,18 +118,22 @@ def list_models(elf: Path, timeout: float = 30.0) -> list[str]:
 
 
 def run_firmware(elf: Path, graph: Graph, samples: list[list[np.ndarray]], model: str | None = None,
-                 layers: bool = False, timeout: float = 60.0) -> FirmwareRun:
+                 layers: bool = False, timeout: float = 60.0, tensors: bool = False) -> FirmwareRun:
     """Run `elf` on raw samples (one list of input arrays each, as the model takes them).
 
     `graph` (the planned graph) gives the input and output tensors; `model`
-    selects one model of a multi-model image; `layers` asks for per-layer counts.
+    selects one model of a multi-model image; `layers` asks for per-layer counts, `tensors` for every
+    layer's output (in the report's `tensor` lines, `kiln.check_layers`).
     """
     payload = b"".join(np.ascontiguousarray(a, DTYPES[graph.tensors[n].dtype]).tobytes()
                        for s in samples for n, a in zip(graph.inputs, s))
-    args = (["--layers"] if layers else []) + ([model] if model else [])
+    args = (["--layers"] if layers else []) + (["--tensors"] if tensors else []) + ([model] if model else [])
     run = run_elf(elf, args, payload, timeout)
     check_run(elf, run, timeout)
-    return parse_report(elf, run.stdout.decode(errors="replace"), graph, len(samples))
+    text = run.stdout.decode(errors="replace")
+    result = parse_report(elf, text, graph, len(samples))
+    result.report = text if tensors else ""
+    return result
 
 
 def parse_report(elf: Path, text: str, graph: Graph, count: int) -> FirmwareRun:

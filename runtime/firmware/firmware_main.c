@@ -3,12 +3,14 @@
  * count on host stdout — the firmware counterpart of host_main.c, with the
  * same input stream (each sample: the model's inputs back to back).
  *
- *   args: [--list] [--layers] [MODEL]   (the semihosting command line)
+ *   args: [--list] [--layers | --tensors] [MODEL]   (the semihosting command line)
  *
  * stdout, one line each:
  *   kiln-firmware inputs=N outputs=N arena=BYTES layers=N model=NAME
  *   sample=I instructions=N out0=HEX [out1=HEX ...]
  *   layer sample=I index=K instructions=N name=TEXT        (with --layers)
+ *   tensor sample=I index=K hex=HEX    (with --tensors: a layer's output as the per-layer
+ *                                       hook sees it after the layer, written at once)
  *   kiln-firmware end samples=N stack=BYTES
  * Instructions are the target's counter ticks converted (exact to one tick
  * under QEMU -icount shift=0: 40 instructions on MPS2, 1 on RISC-V); with
@@ -36,6 +38,10 @@ typedef struct {
     int32_t count;
     int overflow;
 } layer_log_t;
+
+typedef struct {
+    uint32_t sample;
+} tensor_log_t;
 
 static line_t g_line;
 
@@ -126,6 +132,23 @@ static void record_layer(void *user, int32_t layer, const char *name, int32_t ph
     }
 }
 
+/* The per-layer hook of --tensors: a layer's output as it is when the layer ends (a later
+ * layer may write over it), so it is written out now. */
+static void print_tensor(void *user, int32_t layer, const char *name, int32_t phase, const void *output,
+                         int32_t output_bytes)
+{
+    (void)name;
+    if (phase != 1 || output == NULL) {
+        return;
+    }
+    put_text("tensor");
+    put_field("sample", ((const tensor_log_t *)user)->sample);
+    put_field("index", (uint64_t)layer);
+    put_text(" hex=");
+    put_hex((const uint8_t *)output, output_bytes);
+    put_char('\n');
+}
+
 /* Points ins/outs into kiln_io; 0 when the model's tensors fit. */
 static int place_io(const kiln_model_t *m, void **ins, void **outs)
 {
@@ -207,7 +230,7 @@ static uint32_t stack_peak(void)
     return (uint32_t)((uintptr_t)kiln_stack_top() - (uintptr_t)p);
 }
 
-static int run(const kiln_model_t *m, int layers)
+static int run(const kiln_model_t *m, int layers, int tensors)
 {
     void *ins[MAX_TENSORS];
     void *outs[MAX_TENSORS];
@@ -233,6 +256,7 @@ static int run(const kiln_model_t *m, int layers)
     paint_stack();
     for (sample = 0;; ++sample) {
         layer_log_t log = {0, 0};
+        tensor_log_t printed;
         kiln_status_t st;
         uint64_t start, ticks;
         int got = read_sample(m, ins);
@@ -242,8 +266,13 @@ static int run(const kiln_model_t *m, int layers)
         if (got < 0) {
             return fail(KILN_EXIT_INPUT, m, "short read of a sample on stdin");
         }
+        printed.sample = sample;
         start = kiln_ticks();
-        st = m->invoke((const void *const *)ins, outs, kiln_arena, m->arena_size, layers ? record_layer : NULL, &log);
+        if (tensors) {
+            st = m->invoke((const void *const *)ins, outs, kiln_arena, m->arena_size, print_tensor, &printed);
+        } else {
+            st = m->invoke((const void *const *)ins, outs, kiln_arena, m->arena_size, layers ? record_layer : NULL, &log);
+        }
         ticks = kiln_ticks() - start;
         if (st != KILN_OK) {
             return fail(KILN_EXIT_INVOKE, m, kiln_status_str(st));
@@ -290,7 +319,7 @@ int main(void)
     static char cmdline[512];
     const kiln_model_t *m = kiln_model_count == 1 ? kiln_models[0] : NULL;
     const char *name = NULL;
-    int layers = 0, first, i;
+    int layers = 0, tensors = 0, first, i;
     char *p;
     if (semihost_cmdline(cmdline, sizeof cmdline) != 0) {
         cmdline[0] = '\0';
@@ -314,6 +343,8 @@ int main(void)
         }
         if (strcmp(arg, "--layers") == 0) {
             layers = 1;
+        } else if (strcmp(arg, "--tensors") == 0) {
+            tensors = 1;
         } else {
             name = arg;
         }
@@ -327,7 +358,7 @@ int main(void)
         }
     }
     if (m == NULL) {
-        return fail(KILN_EXIT_USAGE, NULL, "usage: [--list] [--layers] MODEL (name a linked model)");
+        return fail(KILN_EXIT_USAGE, NULL, "usage: [--list] [--layers | --tensors] MODEL (name a linked model)");
     }
-    return run(m, layers);
+    return run(m, layers, tensors);
 }
