@@ -138,12 +138,17 @@ def check_model(build: Path) -> dict:
                   "weight_bytes": weights, "inputs": f"from {kept.source}" if kept.count else "seeded random inputs"}
 
 
-def check_all(root: Path) -> list[dict]:
-    """Check every model under `root` that the build has started (it holds an imported graph)."""
+def started_builds(root: Path) -> list[Path]:
+    """The model folders under `root` that the build has started (each holds an imported graph)."""
     builds = sorted(p.parent for p in root.glob("*/imported.kir"))
     if not builds:
         raise KilnError(f"{root}: no built models (run scons first)")
-    return [check_model(b) for b in builds]
+    return builds
+
+
+def check_all(root: Path) -> list[dict]:
+    """Check every model under `root` that the build has started."""
+    return [check_model(b) for b in started_builds(root)]
 
 
 def passed(row: dict) -> bool:

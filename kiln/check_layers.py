@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from kiln import host
-from kiln.check import firmware_target, program_path, seeded_inputs, staleness
+from kiln.check import program_of, seeded_inputs, staleness, started_builds
 from kiln.errors import KilnError
 from kiln.ir import load
 from kiln.ir.graph import DTYPES, Graph
@@ -183,15 +183,16 @@ def check_program(program: Path, target, quantized: Graph, planned: Graph, sampl
     return layers
 
 
-def check_layers_model(build: Path, target=None) -> dict:
-    """The layer check of the model built in `build` (for a firmware `target`, its image under QEMU)."""
-    row = {"model": build.name, "stale": staleness(build, target)}
+def check_layers_model(build: Path) -> dict:
+    """The layer check of the model built in `build` (on a firmware target, its image under QEMU)."""
+    row = {"model": build.name, "stale": staleness(build)}
     if row["stale"]:
         return row
+    program, target = program_of(build)
     quantized, planned = load(build / "quantized.kir", "quantized"), load(build / "planned.kir", "planned")
     kept = load_samples(build)
     samples = quantize_inputs(quantized, seeded_inputs(quantized, kept.inputs))
-    layers = check_program(program_path(build, target), target, quantized, planned, samples)
+    layers = check_program(program, target, quantized, planned, samples)
     measured = layer_sqnr(build, quantized, layers)
     inputs = f"from {kept.source}" if kept.count else "seeded random inputs"
     return row | {"layers": layers, "samples": len(samples), "inputs": inputs, "sqnr": measured}
@@ -199,11 +200,7 @@ def check_layers_model(build: Path, target=None) -> dict:
 
 def check_layers_all(root: Path) -> list[dict]:
     """The layer check of every model under `root` that the build has started."""
-    builds = sorted(p.parent for p in root.glob("*/imported.kir"))
-    if not builds:
-        raise KilnError(f"{root}: no built models (run scons first)")
-    target = firmware_target(root)
-    return [check_layers_model(b, target) for b in builds]
+    return [check_layers_model(b) for b in started_builds(root)]
 
 
 def first_difference(row: dict) -> Layer | None:
