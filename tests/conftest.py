@@ -86,3 +86,14 @@ def wheel(tmp_path_factory) -> Path:
             assert proc.returncode == 0, proc.stdout + proc.stderr
     (built,) = (folder / "dist").glob("*.whl")
     return built
+
+
+@pytest.fixture(scope="session")
+def external_repo_run(tmp_path_factory) -> tuple[Path, dict]:
+    """examples/external_repo with the SConstruct docs/build.md shows, after the page's commands ran in it
+    (tests/external_repo.py): the repository and each command's result."""
+    import external_repo
+
+    base = tmp_path_factory.mktemp("external")
+    repo = external_repo.lay_out(base)
+    return repo, external_repo.run_commands(base, external_repo.documented_env(base))

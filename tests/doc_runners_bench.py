@@ -28,13 +28,14 @@ def images(repo: Path, target: str) -> set[str]:
 MODEL_IMAGES = {"firmware.elf", f"{ONNX_MODEL}/{ONNX_MODEL}.elf", "tiny_cnn/tiny_cnn.elf"}
 
 
-@runs(r"scons (-k )?target=[\w,-]+( tiny_cnn)?", r"kiln check build/cortex-m0", r"timeout .* qemu-system-arm .*",
+@runs(r"scons (-k )?target=[\w,-]+( tiny_cnn)?", r"kiln check build/cortex-m0", r"kiln check --layers build/cortex-m4",
+      r"timeout .* qemu-system-arm .*",
       r"python -m kiln\.target\.size build/cortex-m4 .*", r"(\.venv/bin/)?python bench/(cortex_m|targets)\.py.*")
 def firmware_targets(docs: Docs, cmds: list[Command]) -> None:
-    """One project, each target built once: the M4 images, one model's image relinked alone, the QEMU line on one
-    tiny_cnn sample (samples.bin) whose output is the reference executor's, the size report and the M4 bench; the
-    micro:bit, M55 and RISC-V images and `kiln check` of the micro:bit's; then every target (on this project every
-    model fits the micro:bit, so -k changes nothing), and bench/targets.py over them."""
+    """One project, each target built once: the M4 images (and their layers checked), one model's image relinked
+    alone, the QEMU line on one tiny_cnn sample (samples.bin) whose output is the reference executor's, the size
+    report and the M4 bench; the micro:bit, M55 and RISC-V images and `kiln check` of the micro:bit's; then every
+    target (on this project every model fits the micro:bit, so -k changes nothing), and bench/targets.py over them."""
     repo = docs.project()
     by_text = {c.text: c for c in cmds}
     command = lambda pattern: next(c for c in cmds if re.fullmatch(pattern, c.text))  # noqa: E731
@@ -47,6 +48,9 @@ def firmware_targets(docs: Docs, cmds: list[Command]) -> None:
         assert {a for a in actions if a.startswith("link ")} == {f"link build/{target}/tiny_cnn/tiny_cnn.elf"}, actions
     text = docs.run(by_text["kiln check build/cortex-m0"].shell(), repo).stdout
     assert all(re.search(rf"^{model} +bit-exact \(10/10\)", text, re.M) for model in (ONNX_MODEL, "tiny_cnn")), text
+    text = docs.run(by_text["kiln check --layers build/cortex-m4"].shell(), repo).stdout  # docs/debugging.md
+    assert all(re.search(rf"^{model}: \d+ layers against the integer reference on 10 samples", text, re.M)
+               for model in (ONNX_MODEL, "tiny_cnn")) and "DIFFERS" not in text, text
 
     quantized = load(repo / "build/host/tiny_cnn/quantized.kir")
     sample = quantize_inputs(quantized, seeded_inputs(quantized, None, count=1))[0]

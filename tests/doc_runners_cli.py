@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from conftest import ROOT
-from doc_commands import Command, Docs, runs
+from doc_commands import Command, Docs, model_stages, runs
 from scons_matrix import ONNX_MODEL
 from kiln.check import reference_outputs, seeded_inputs
 from kiln.ir import load
@@ -114,11 +114,30 @@ def accuracy_report(docs: Docs, cmds: list[Command]) -> None:
     assert re.search(r"^model tiny_cnn: output SQNR linear [\d.]+ dB, top-1 agreement [\d.]+% over 16 calibration samples", text, re.M), text
 
 
-@runs(r"kiln check build/host")
+@runs(r"kiln check build/host", r"kiln check --layers build/host")
 def check_host(docs: Docs, cmds: list[Command]) -> None:
-    text = docs.run(cmds[0].shell(), docs.project()).stdout
+    """The whole outputs, then every layer (docs/debugging.md): all bit-exact on the built project."""
+    repo = docs.project()
+    text = docs.run(cmds[0].shell(), repo).stdout
     for model in (ONNX_MODEL, "tiny_cnn"):
         assert re.search(rf"^{model} +bit-exact \(10/10\)", text, re.M), text
+    text = docs.run(cmds[1].shell(), repo).stdout
+    for model in (ONNX_MODEL, "tiny_cnn"):
+        assert re.search(rf"^{model}: \d+ layers against the integer reference on 10 samples", text, re.M), text
+    assert "bit-exact" in text and "DIFFERS" not in text and "first layer that differs" not in text, text
+
+
+@runs(r"kiln extract models/kws_dscnn_onnx --from relu_2 --to relu_6 -o models/kws_middle", r"scons kws_middle")
+def extract(docs: Docs, cmds: list[Command]) -> None:
+    """docs/debugging.md: the cut of the DS-CNN's middle layers becomes a model the build compiles and checks."""
+    repo = docs.project()
+    shutil.copytree(ROOT / "models/kws_dscnn_onnx", repo / "models/kws_dscnn_onnx")
+    docs.run(cmds[0].shell(), repo)
+    assert sorted(p.name for p in (repo / "models/kws_middle").iterdir()) == ["calibration.npz", "model.onnx", "model.toml"]
+    build = docs.run(cmds[1].shell(), repo)
+    assert model_stages("kws_middle") <= build.actions, build.log
+    text = docs.run("kiln check build/host", repo).stdout
+    assert re.search(r"^kws_middle +bit-exact \(10/10\)", text, re.M), text
 
 
 @runs(r"kiln doc model-toml")

@@ -8,14 +8,17 @@ order, as a shell would (`cd` included).
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from conftest import ROOT
+from doc_commands import block_commands
 from kiln.check import reference_outputs
 from kiln.ir import load
 
@@ -35,9 +38,8 @@ def doc_sconstruct() -> str:
 
 
 def doc_commands() -> list[str]:
-    """The command lines of "Building, running and checking it", as typed (after `$ `)."""
-    lines = _block("### Building, running and checking it", "").splitlines()
-    return [line[2:] for line in lines if line.startswith("$ ")]
+    """The command lines of "Building, running and checking it", as typed (after `$ `, without their comments)."""
+    return [text for _, text in block_commands("", _block("### Building, running and checking it", "").splitlines())]
 
 
 def lay_out(base: Path, models: Path | None = None) -> Path:
@@ -50,6 +52,13 @@ def lay_out(base: Path, models: Path | None = None) -> Path:
     return repo
 
 
+def documented_env(home: Path) -> dict[str, str]:
+    """The shell the page's commands run in: this checkout's environment (its scons and kiln) first on PATH; fresh
+    stage processes, as in the rest of the suite (a warm worker would outlive the test)."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": str(home),
+            "KILN_WORKERS": "0"}
+
+
 def run_commands(base: Path, env: dict[str, str]) -> dict[str, subprocess.CompletedProcess]:
     """Run the page's commands from `base`, each through the shell; `cd` moves the later ones. Each must succeed."""
     cwd, results = base, {}
@@ -59,7 +68,7 @@ def run_commands(base: Path, env: dict[str, str]) -> dict[str, subprocess.Comple
             continue
         proc = subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, f"{command!r} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        results[command.split("#")[0].strip()] = proc
+        results[command] = proc
     return results
 
 

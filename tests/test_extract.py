@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from test_check_layers import DOC, documented
+from test_check_layers import documented
 from kiln import cli, host
 from kiln.cli import resolve_source
 from kiln.ir import load
@@ -150,14 +150,6 @@ def test_one_line_errors(args, message, tmp_path, capsys):
     assert status == 1 and err.count("\n") == 1 and err.startswith("kiln: error: "), err
     assert message in err, err
     assert not out.exists() and list(tmp_path.iterdir()) == []
-
-
-def test_every_command_docs_debugging_shows_is_run_here():
-    """The `$` lines of docs/debugging.md are the commands the tests of this file and test_check_layers.py run."""
-    shown = {line[2:].strip() for line in DOC.read_text().splitlines() if line.startswith("$ ")}
-    assert shown == {"kiln check --layers build/host", "kiln check --layers build/cortex-m4", "kiln compile models/kws_dscnn_onnx -o out/",
-                     "kiln inspect out/imported.kir", "kiln extract models/kws_dscnn_onnx --from relu_2 --to relu_6 -o models/kws_middle",
-                     "scons kws_middle"}
 
 
 def test_a_qdq_source_is_refused_in_one_line(tmp_path, capsys):

@@ -156,26 +156,11 @@ def test_build_killed_during_a_stage_recovers(snapshot, tmp_path, stage, sig):
 
 
 # -- another repository adopting Kiln -----------------------------------------------------------
-def documented_env(tmp_path: Path) -> dict[str, str]:
-    """The shell the page's commands run in: this checkout's environment (its scons and kiln) first on PATH; fresh
-    stage processes, as in the rest of the suite (a warm worker would outlive the test)."""
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": str(tmp_path),
-            "KILN_WORKERS": "0"}
-
-
-@pytest.fixture(scope="module")
-def documented(tmp_path_factory) -> tuple[Path, dict]:
-    """examples/external_repo with the SConstruct docs/build.md shows, after the page's commands ran in it."""
-    base = tmp_path_factory.mktemp("external")
-    repo = external_repo.lay_out(base)
-    return repo, external_repo.run_commands(base, documented_env(base))
-
-
-def test_external_repo_builds_runs_and_checks_as_documented(documented, tmp_path):
-    repo, results = documented
-    assert external_repo.doc_sconstruct() == (ROOT / "examples/external_repo/SConstruct").read_text()
-    external_repo.check_documented_run(repo, results)
-    env = documented_env(tmp_path)
+def test_external_repo_rebuilds_nothing_and_its_check_advice_is_true(external_repo_run, tmp_path):
+    """After the documented run (its commands and outputs: tests/doc_runners_build.py): nothing more to build; each
+    model's own programs are part of its alias, which `kiln check` names; by hand, the report finds the M4 root."""
+    repo, _ = external_repo_run
+    env = external_repo.documented_env(tmp_path)
     assert run_scons(repo, env=env)[0] == set()
     # Each model's own programs are part of its alias: `kiln check` says so, and its advice builds them.
     clone = Path(shutil.copytree(repo, tmp_path / "clone"))
@@ -204,18 +189,19 @@ APPS = {  # a firmware's own main on the board: the C library's heap is bounded,
 }
 
 
-def test_own_main_on_the_board_heap_exit_status_fault_and_timeout(documented, tmp_path):
-    repo = Path(shutil.copytree(documented[0], tmp_path / "repo"))
+def test_own_main_on_the_board_heap_exit_status_fault_and_timeout(external_repo_run, tmp_path):
+    repo = Path(shutil.copytree(external_repo_run[0], tmp_path / "repo"))
     for name, text in APPS.items():
         (repo / name).write_text(text)
     with open(repo / "SConstruct", "a") as f:
         f.writelines(f'm4.KilnApp("build/m4/{Path(n).stem}", ["{n}"], [m4_models["gesture"]])\n' for n in APPS)
         f.write('rv = env.KilnTarget("riscv32")\n'  # picolibc's stdio there, newlib's on the Arm cores
                 'rv.KilnApp("build/rv/gesture_app", ["main.c"], [rv.KilnTargetModels(models, "build/rv")["gesture"]])\n')
-    run_scons(repo, "build/rv/gesture_app.elf", *(f"build/m4/{Path(n).stem}.elf" for n in APPS), env=documented_env(tmp_path))
+    run_scons(repo, "build/rv/gesture_app.elf", *(f"build/m4/{Path(n).stem}.elf" for n in APPS),
+              env=external_repo.documented_env(tmp_path))
     kiln = [sys.executable, "-m", "kiln", "qemu"]
     riscv = subprocess.run(kiln + ["build/rv/gesture_app.elf"], cwd=repo, capture_output=True, text=True, timeout=120)
-    assert riscv.returncode == 0 and riscv.stdout == documented[1]["./build/host/gesture_app"].stdout, riscv
+    assert riscv.returncode == 0 and riscv.stdout == external_repo_run[1]["./build/host/gesture_app"].stdout, riscv
     heap = subprocess.run(kiln + ["build/m4/heap.elf"], cwd=repo, capture_output=True, text=True, timeout=120)
     # 4 MB of RAM, less the stack and the data: some 63 blocks of 64 KB, then NULL; the line without a newline flushed.
     assert heap.returncode == 7 and re.fullmatch(r"(\d+) blocks", heap.stdout) and 50 < int(heap.stdout.split()[0]) < 64
@@ -240,7 +226,7 @@ def test_external_repo_mistakes_are_one_line(tmp_path, edit, message):
     add_onnx_model(repo / "models/gesture")
     (repo / "SConstruct").write_text((repo / "SConstruct").read_text().replace(*edit))
     proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-n"], cwd=repo, capture_output=True, text=True,
-                          env=documented_env(tmp_path))
+                          env=external_repo.documented_env(tmp_path))
     errors = [line for line in proc.stderr.splitlines() if line.startswith("kiln: error:")]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stdout + proc.stderr
     assert errors[0].startswith(message), errors
@@ -254,7 +240,7 @@ def test_external_repo_builds_the_other_models_when_the_one_it_names_is_broken(t
     add_onnx_model(repo / "models/gesture")
     add_onnx_model(repo / "models/other")
     set_key(repo / "models/gesture/model.toml", "plan", "alignement", 8)
-    actions, log, status = run_scons(repo, "-j2", env=documented_env(tmp_path), check=False)
+    actions, log, status = run_scons(repo, "-j2", env=external_repo.documented_env(tmp_path), check=False)
     errors = [line for line in log.splitlines() if line.startswith("kiln: error:")]
     assert status == 2 and "Traceback" not in log and "KeyError" not in log, log
     assert len(errors) == 1 and "models/gesture/model.toml" in errors[0] and "did you mean 'plan.alignment'" in errors[0]
