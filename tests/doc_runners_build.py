@@ -224,5 +224,5 @@ def install(docs: Docs, cmds: list[Command]) -> None:
     result = docs.run(torch.shell(), repo, env=env)
     assert f"Requirement already satisfied: {pin}" in result.stdout and "does not provide the extra" not in result.log, result.log
     build = docs.run(cmds[2].shell(), repo)
-    assert model_stages("gesture") <= build.actions and "link build/gesture_app" in build.actions, build.log
+    assert model_stages("gesture") <= build.actions and "link build/host/gesture_app" in build.actions, build.log
     assert "site-packages/kiln/runtime" in build.log and str(ROOT) not in build.log, build.log  # the installed Kiln

@@ -34,10 +34,13 @@ def new_model(docs: Docs, cmds: list[Command]) -> None:
 
 @runs(r"kiln compile .*")
 def compile_outside_scons(docs: Docs, cmds: list[Command]) -> None:
-    """A model folder (the same C as the build's), and files named net.* from the zoo's DS-CNN."""
+    """Model folders (tiny_cnn: the same C as the build's), and files named net.* from the zoo's DS-CNN."""
     for i, cmd in enumerate(cmds):
         if "models/tiny_cnn" in cmd.text:
             cwd, name = docs.project(), "tiny_cnn"
+        elif "models/kws_dscnn_onnx" in cmd.text:  # docs/debugging.md: the source whose tensor names it looks up
+            cwd, name = docs.folder(f"compile{i}"), "kws_dscnn_onnx"
+            shutil.copytree(ROOT / "models/kws_dscnn_onnx", cwd / "models/kws_dscnn_onnx")
         else:
             cwd, name = docs.folder(f"compile{i}"), "net"
             source = next(Path(w) for w in cmd.text.split() if w.startswith("net."))
