@@ -12,9 +12,9 @@ stages this build has run so far.
   SCons's, a compiler's or a stage's, lands on it or is cut by it; it is
   redrawn a few times a second and removed when the build ends.
 - In a log (standard output is not a terminal: CI, a file): plain lines
-  `kiln: [k/n] ...`, at most one per tenth of the build's stage actions and
-  one per tenth of each calibration, and none in a build's first
-  DELAY_S (so a short build prints no progress at all).
+  `kiln: [k/n] ...`, at most one per tenth of the build's stage actions (and
+  LOG_EVERY_S apart) and one per tenth of each calibration, and none in a
+  build's first DELAY_S (so a short build prints no progress at all).
 
 `KILN_PROGRESS=1` shows it from the start, `KILN_PROGRESS=0` not at all.
 Standard library only: the SCons process loads it with the registry.
@@ -30,6 +30,7 @@ from typing import Callable, TextIO
 
 DELAY_S = 2.0  # a build (and a calibration) shorter than this shows no progress
 REDRAW_S = 0.2
+LOG_EVERY_S = 5.0  # in a log, the build's progress lines are at least this far apart
 SHOW_ELAPSED_S = 2.0  # a running stage shows its time once it has run this long
 
 
@@ -189,6 +190,7 @@ class Display:
         self.lock = threading.RLock()
         self.began: float | None = None
         self.tenths = 0  # log lines shown at tenths of the build's stage actions
+        self.logged = float("-inf")  # when the last of them was shown
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -207,8 +209,8 @@ class Display:
             if self.how == "log":
                 snap = self.snapshot()
                 tenth = int(10 * snap.started / max(snap.total, 1))
-                if tenth > self.tenths and self._shown(now):
-                    self.tenths = tenth
+                if tenth > self.tenths and self._shown(now) and now - self.logged >= LOG_EVERY_S:
+                    self.tenths, self.logged = tenth, now
                     self._line(snap, now)
         return write
 

@@ -10,7 +10,7 @@ signature names exactly what affects its output. The C symbol prefix rule
 and what a firmware's model table needs (`kiln/model_table.py`) are here too.
 
 This module, and every module it or the SCons tool imports from Kiln
-(`config`, `errors`, `names`, `paths`, `manifest`, `buildcache`, `remotecache`, `atomic`,
+(`config`, `errors`, `names`, `paths`, `manifest`, `buildcache`, `remotecache`, `atomic`, `progress`,
 `model_table`, `target/targets`, the worker client `worker` and the stages' `config.py`), uses the standard library and
 relative imports only: the SCons tool loads them under a private package name,
 so the SCons process runs no compiler code, needs no third-party package, and

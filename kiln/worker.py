@@ -62,10 +62,6 @@ STAGE_MODULES = {
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
 
-def enabled() -> bool:
-    return os.environ.get("KILN_WORKERS", "1") != "0"
-
-
 def idle_seconds() -> float:
     try:
         return max(0.1, float(os.environ.get("KILN_WORKER_IDLE", IDLE_SECONDS)))

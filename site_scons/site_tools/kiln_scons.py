@@ -49,6 +49,7 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 import stat
 import sys
 import threading
@@ -156,6 +157,9 @@ class StageAction(SCons.Action.FunctionAction):
         args = [self.stage, "--model-dir", env["KILN_MODEL_DIR"].path, "--build-dir", target[0].dir.path]
         python = str(env["KILN_PYTHON"])
         key = (env["KILN_BUILD_ROOT"], env["KILN_MODEL"])
+        if not shutil.which(python, path=env["ENV"].get("PATH")):  # else the stage would fail without a word
+            print(f"kiln: error: {self.stage} {key[1]}: KILN_PYTHON {python} is not a program", file=sys.stderr)
+            return 1
         channel = _PROGRESS.started(key, self.stage)  # where the stage reports progress: no part of any signature
         start = time.perf_counter()
         status = None
@@ -276,10 +280,10 @@ class Progress:
             return
         touched = [(k, e, self._outcome(e)) for k, e in sorted(self.models.items()) if e["run"] or e["cached"]]
         if touched:
-            counts = {what: sum(o[0] == what for _, _, o in touched) for what in ("rebuilt", "failed", "stopped")}
-            said = ", ".join(f"{n} {what}" for what, n in counts.items() if n and what != "rebuilt")
-            print(f"kiln: {counts['rebuilt']} model(s) rebuilt{', ' + said if said else ''}; per model: stages run / "
-                  "from the cache, arena, code and constants (host object, or flash on a target), stage time")
+            counts = [(what, sum(o[0] == what for _, _, o in touched)) for what in ("rebuilt", "failed", "stopped")]
+            said = ", ".join(f"{n}{' model(s)' if i == 0 else ''} {what}" for i, (what, n) in enumerate(c for c in counts if c[1]))
+            print(f"kiln: {said}; per model: stages run / from the cache, arena, code and constants (host object, or flash "
+                  "on a target), stage time")
         for (root, model), e, (what, detail) in touched:
             stages = f"{e['run']} run / {e['cached']} cached of {len(registry.STAGES)} stages"
             if what != "rebuilt":
