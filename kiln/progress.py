@@ -138,14 +138,16 @@ class Terminal:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.rows = 0  # the rows the scrolling region was set up for; 0: not set up
+        self.shown = ""
 
     def draw(self, text: str) -> None:
         try:
             columns, rows = os.get_terminal_size(self.fd)
         except OSError:
             return
-        if rows < 3:
+        if rows < 3 or (rows == self.rows and text == self.shown):
             return
+        self.shown = text
         out = ""
         if rows != self.rows:
             if self.rows:

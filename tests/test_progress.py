@@ -255,3 +255,24 @@ def run_in_terminal(repo: Path, rows: int, columns: int) -> tuple[bytes, list[st
         statuses.append(screen.display[-1].rstrip())
     os.close(master)
     return raw, statuses, proc.wait(timeout=60)
+
+
+def test_a_stage_run_by_the_build_reports_calibration_on_its_descriptor_and_draws_nothing(monkeypatch, capsys):
+    from kiln.quantize.calibration import Progress
+
+    read, write = os.pipe()
+    monkeypatch.setenv("KILN_PROGRESS_FD", str(write))
+    monkeypatch.delenv("KILN_PROGRESS", raising=False)
+    now = [0.0]
+    calibration = Progress("kws", 400, 2, clock=lambda: now[0])
+    for index in range(2):
+        for done in range(100, 401, 100):
+            now[0] += 0.06  # reports a tenth of a second apart at least, and always the last one
+            calibration.update(index, done)
+    calibration.close()
+    os.close(write)
+    reports = drain(read).decode().splitlines()
+    os.close(read)
+    assert reports == ["calibrate 100 400 1 2", "calibrate 300 400 1 2", "calibrate 100 400 2 2", "calibrate 300 400 2 2",
+                       "calibrate 400 400 2 2"]
+    assert capsys.readouterr().err == ""  # outside the build (no descriptor) it would draw on stderr
