@@ -101,6 +101,13 @@ def test_a_wrong_shape_calibration_file_names_the_model_the_file_and_the_key(rep
                     "has shape [4, 3, 16], expected [N, 1, 3, 16, 16] or [N, 3, 16, 16]")
 
 
+def test_an_input_the_model_does_not_have_names_the_closest_one(repo):
+    set_key(repo / TOML, "inputs.xx", "shape", [1, 3, 16, 16])
+    assert the_error(scons(repo, "alpha-import")) == (
+        "kiln: error: import alpha: models/alpha/model.onnx: inputs 'xx' in model.toml are not inputs of the model "
+        "(did you mean 'x'?) (it has 'x')")
+
+
 def test_kiln_python_on_the_command_line_runs_the_stages_over_the_environment(repo, tmp_path):
     """`scons KILN_PYTHON=...` (as `scons -h` shows it) is a command-line variable, and it wins over the environment."""
     marker = tmp_path / "ran"
