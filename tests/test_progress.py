@@ -112,9 +112,13 @@ def test_the_terminal_status_line_stays_on_the_bottom_row_below_scrolling_output
 
 
 def drain(fd: int) -> bytes:
+    """What `fd` holds now (until it has nothing for a fifth of a second, or ends)."""
     data = b""
     while select.select([fd], [], [], 0.2)[0]:
-        data += os.read(fd, 65536)
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
     return data
 
 
