@@ -9,7 +9,6 @@ Standard library and relative imports only (see `kiln/stages.py`).
 """
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import json
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from .errors import KilnError
+from .errors import KilnError, did_you_mean
 from .stages import PACKAGE, TABLES
 
 
@@ -80,8 +79,8 @@ def _declaring_module(rel: str) -> ModuleType:
 
 
 def suggest(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(known))})"
+    """The closest known names, or all of them when none is close."""
+    return did_you_mean(name, known) or f" (known: {', '.join(sorted(known))})"
 
 
 def load(path: Path) -> dict[str, dict[str, Any]]:
@@ -99,8 +98,12 @@ def validate(raw: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     schema = config_schema()
     out: dict[str, dict[str, Any]] = {}
     for table, value in raw.items():
-        if table not in schema:
-            raise KilnError(f"{where}: unknown key {table!r}{suggest(table, list(schema))}")
+        if table not in schema and isinstance(value, dict):
+            raise KilnError(f"{where}: unknown table [{table}]{suggest(table, list(schema))}")
+        if table not in schema:  # a key written before any table header
+            owners = [f"{t}.{table}" for t, keys in schema.items() if table in keys]
+            hint = f" (did you mean {' or '.join(map(repr, owners))}?)" if owners else suggest(table, list(schema))
+            raise KilnError(f"{where}: unknown key {table!r} outside a table{hint}")
         if not isinstance(value, dict):
             raise KilnError(f"{where}: {table!r} must be a table ([{table}])")
     for table, keys in schema.items():

@@ -20,7 +20,7 @@ import numpy as np
 
 from kiln import config as model_config
 from kiln.atomic import write_atomic
-from kiln.errors import KilnError, one_line_errors
+from kiln.errors import ConfigError, KilnError, one_line_errors
 from kiln.ir import serialize
 from kiln.stages import Stage, depends_files, stage
 
@@ -105,7 +105,11 @@ def run_stage(name: str, model: str, model_dir: Path, config: dict[str, dict[str
     for artifact, path in job.inputs.items():
         if not path.exists():
             raise KilnError(f"{path}: missing input of stage {name} (run the earlier stages first)")
-    produced = adapter(st)(job)
+    try:
+        produced = adapter(st)(job)
+    except ConfigError as exc:  # a model.toml value: name the file (`kiln compile` of a lone source has none)
+        toml = model_dir / "model.toml"
+        raise KilnError(f"{toml}: {exc}" if toml.is_file() else str(exc)) from None
     expected = st.outputs(model)
     if sorted(produced) != sorted(expected):
         raise RuntimeError(f"stage {name} produced {sorted(produced)}, registry says {expected}")
@@ -122,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, required=True, help="the model folder holding model.toml")
     parser.add_argument("--build-dir", type=Path, required=True, help="the model's build folder")
     args = parser.parse_args(argv)
+    # The build runs stages of several models at once (`scons -j`): an error line says whose stage it is.
     return one_line_errors(lambda: run_stage(args.name, args.build_dir.name, args.model_dir,
-                                             model_config.load(args.model_dir / "model.toml"), args.build_dir) and 0)
+                                             model_config.load(args.model_dir / "model.toml"), args.build_dir) and 0,
+                           context=f"{args.name} {args.build_dir.name}")
 
 
 if __name__ == "__main__":

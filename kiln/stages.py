@@ -10,7 +10,7 @@ signature names exactly what affects its output. The C symbol prefix rule
 and what a firmware's model table needs (`kiln/model_table.py`) are here too.
 
 This module, and every module it or the SCons tool imports from Kiln
-(`config`, `errors`, `names`, `paths`, `manifest`, `buildcache`, `remotecache`, `atomic`,
+(`config`, `errors`, `names`, `paths`, `manifest`, `buildcache`, `remotecache`, `atomic`, `progress`,
 `model_table`, `target/targets`, the worker client `worker` and the stages' `config.py`), uses the standard library and
 relative imports only: the SCons tool loads them under a private package name,
 so the SCons process runs no compiler code, needs no third-party package, and
@@ -24,7 +24,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import KilnError
+from .errors import KilnError, did_you_mean
 from .names import c_identifier
 
 PACKAGE = Path(__file__).resolve().parent
@@ -38,6 +38,11 @@ SOURCE_SUFFIXES = (".py", ".j2", ".fbs")
 COMMON_MODULES = ("kiln/__init__.py", "kiln/runner.py", "kiln/errors.py", "kiln/atomic.py", "kiln/config.py",
                   "kiln/stages.py", "kiln/names.py", "kiln/ir", "kiln/frontends/config.py", "kiln/normalize/config.py",
                   "kiln/quantize/config.py", "kiln/lower/config.py", "kiln/plan/config.py", "kiln/codegen/config.py")
+
+# A stage run by the build reports its progress (calibration) as lines on the file descriptor this environment
+# variable names (`kiln/progress.py` reads them), instead of drawing its own line on stderr. How a stage reports is
+# not part of what it computes: the variable is no part of any signature, and the artifacts are the same without it.
+PROGRESS_FD_ENV = "KILN_PROGRESS_FD"
 
 # model.toml tables -> the module (relative to the package) that declares their keys as `CONFIG: dict[str, Key]`;
 # each table belongs to the stage that reads it ("inputs" is free-form: input name -> {shape, dtype}).
@@ -97,7 +102,7 @@ BY_NAME = {s.name: s for s in STAGES}
 
 def stage(name: str) -> Stage:
     if name not in BY_NAME:
-        raise KilnError(f"unknown stage {name!r} (stages: {', '.join(BY_NAME)})")
+        raise KilnError(f"unknown stage {name!r}{did_you_mean(name, BY_NAME)} (stages: {', '.join(BY_NAME)})")
     return BY_NAME[name]
 
 
@@ -122,9 +127,11 @@ def model_files(name: str, folder: Path, config: dict, toml: Path) -> list[Path]
     excluded = set(calibration_files(folder, config, toml))
     files = sorted(f for f in folder.rglob("*") if f.is_file() and f.name != "model.toml" and "__pycache__" not in f.parts
                    and f.resolve() not in excluded)
-    if folder / config["model"]["source"] not in files:
-        raise KilnError(f"{toml}: model.source: {config['model']['source']} is not a file the build tracks in {folder.name}/ "
-                        "(missing, or inside a symlinked folder)")
+    source = config["model"]["source"]
+    if folder / source not in files:
+        close = did_you_mean(source, (f.relative_to(folder).as_posix() for f in files))
+        raise KilnError(f"{toml}: model.source: {source} is not a file the build tracks in {folder.name}/ "
+                        f"(missing, or inside a symlinked folder){close}")
     return sorted(set(files) | set(depends_files(folder, config["model"], str(toml))))
 
 
@@ -155,7 +162,7 @@ def depends_files(folder: Path, model_table: dict, where: str) -> list[Path]:
     for rel in model_table["depends"]:
         path = (folder / rel).resolve()
         if not path.is_file():
-            raise KilnError(f"{where}: model.depends: {rel} does not exist (relative to {folder.name}/)")
+            raise KilnError(f"{where}: model.depends: {rel} does not exist (relative to {folder.name}/){near(folder, rel)}")
         files.append(path)
     return sorted(set(files))
 
@@ -166,9 +173,19 @@ def calibration_files(folder: Path, config: dict, toml: Path) -> list[Path]:
     for rel in config["quant"]["calibration"]:
         path = (folder / rel).resolve()
         if not path.is_file():
-            raise KilnError(f"{toml}: quant.calibration: {rel} does not exist (relative to {folder.name}/)")
+            raise KilnError(f"{toml}: quant.calibration: {rel} does not exist (relative to {folder.name}/){near(folder, rel)}")
         files.append(path)
     return sorted(set(files))
+
+
+def near(folder: Path, rel: str) -> str:
+    """` (did you mean 'x'?)` naming the files beside where a missing file `rel` (relative to `folder`) would be."""
+    parent = Path(rel).parent
+    try:
+        names = [(parent / f.name).as_posix() for f in (folder / parent).iterdir() if f.is_file()]
+    except OSError:
+        return ""
+    return did_you_mean(Path(rel).as_posix(), names)
 
 
 def symbol_prefix(model: str, codegen: dict) -> str:

@@ -6,7 +6,8 @@ Bazel's persistent workers and Gradle's daemon do, keeps them loaded: it is
 a fork server. It imports the compiler once, then listens on a Unix socket;
 each request is served by a child forked from it, which runs the same
 `kiln.runner.main` a fresh process runs, in the caller's folder and with the
-caller's standard output and error (passed over the socket), and exits. So
+caller's standard output and error (passed over the socket; with the build's progress
+descriptor too, when it has one: `kiln/stages.py`), and exits. So
 a stage's state never outlives its request (a model.py's modules, seeds,
 globals) and its output is byte-identical to the fresh process's.
 
@@ -40,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .stages import PROGRESS_FD_ENV
+
 IDLE_SECONDS = 600.0
 START_SECONDS = 60.0  # how long a caller waits for a new worker to bind its socket
 # What a worker loads before it serves, and what it loads for a stage once it has forked that stage's first request
@@ -57,10 +60,6 @@ STAGE_MODULES = {
     "codegen": ("kiln.codegen",),
 }
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
-
-
-def enabled() -> bool:
-    return os.environ.get("KILN_WORKERS", "1") != "0"
 
 
 def idle_seconds() -> float:
@@ -97,10 +96,12 @@ def socket_path(python: str, kiln_root: str, environ: dict[str, str], where: Pat
 
 
 # -- the caller's side (standard library only: the SCons tool runs it) ---------------------------
-def run(python: str, kiln_root: str, environ: dict[str, str], argv: list[str], cwd: str) -> int | None:
+def run(python: str, kiln_root: str, environ: dict[str, str], argv: list[str], cwd: str,
+        progress: int | None = None) -> int | None:
     """Run `python -P -m kiln.runner *argv` in a worker, in folder `cwd`; its exit status, or None when the worker
     path failed (the caller then runs a fresh process). `environ` is the stage's environment (the worker's);
-    the worker settings (`KILN_WORKER_DIR`, `KILN_WORKER_IDLE`) are the caller's own."""
+    the worker settings (`KILN_WORKER_DIR`, `KILN_WORKER_IDLE`) are the caller's own. `progress` is a descriptor
+    the stage reports its progress to (`PROGRESS_FD_ENV`): passed with the request, never part of the worker's key."""
     where = folder()
     if not private_folder(where):
         return None
@@ -112,7 +113,7 @@ def run(python: str, kiln_root: str, environ: dict[str, str], argv: list[str], c
         if conn is None:
             return None
         with conn:
-            reply = _request(conn, {"argv": argv, "cwd": cwd})
+            reply = _request(conn, {"argv": argv, "cwd": cwd}, () if progress is None else (progress,))
         if reply is None or reply.get("stale") is not True:
             return reply.get("status") if reply is not None and isinstance(reply.get("status"), int) else None
     return None
@@ -149,10 +150,11 @@ def _start(python: str, environ: dict[str, str], path: Path) -> socket.socket | 
         return _connect(path) if proc.returncode == 0 else None
 
 
-def _request(conn: socket.socket, request: dict[str, Any]) -> dict[str, Any] | None:
-    """Send a request with this process's standard output and error; the worker's reply, or None if it broke off."""
+def _request(conn: socket.socket, request: dict[str, Any], fds: tuple[int, ...] = ()) -> dict[str, Any] | None:
+    """Send a request with this process's standard output and error (and `fds`); the worker's reply, or None if it
+    broke off."""
     try:
-        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [1, 2])
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [1, 2, *fds])
         data = b""
         while not data.endswith(b"\n"):
             chunk = conn.recv(4096)
@@ -273,7 +275,7 @@ class Server:
             if not _same_user(conn):
                 return
             try:
-                msg, fds, _, _ = socket.recv_fds(conn, 65536, 2)
+                msg, fds, _, _ = socket.recv_fds(conn, 65536, 3)
             except OSError:
                 return
             try:
@@ -288,7 +290,7 @@ class Server:
                 _reply(conn, {"pid": os.getpid()})
                 self.retire()
                 return
-            if len(fds) != 2 or not self.unchanged():
+            if len(fds) not in (2, 3) or not self.unchanged():
                 _close(fds)
                 _reply(conn, {"stale": True})
                 self.retire()
@@ -346,7 +348,9 @@ def _serve(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
         os.dup2(devnull, 0)
         os.dup2(fds[0], 1)
         os.dup2(fds[1], 2)
-        _close([devnull, *fds])
+        _close([devnull, *fds[:2]])
+        if len(fds) == 3:  # the build's progress descriptor: the stage reports to it as a fresh process would
+            os.environ[PROGRESS_FD_ENV] = str(fds[2])
         os.chdir(request["cwd"])
         from kiln.runner import main
 

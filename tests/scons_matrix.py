@@ -357,7 +357,7 @@ TABLE_ROWS: dict[str, Row] = {
                  lambda b: table_edit("quant", "quantize", TORCH_MODEL) | model_output(b, TORCH_MODEL)),
     "kernels": Row("table:kernels", '`[kernels] profile = "no-such-profile"` (tiny_cnn): lower fails, nothing before it runs',
                    lambda repo: set_key(repo / "models/tiny_cnn/model.toml", "kernels", "profile", "no-such-profile"),
-                   lambda b: readers("kernels", [TORCH_MODEL]), error="unknown kernels.profile 'no-such-profile'"),
+                   lambda b: readers("kernels", [TORCH_MODEL]), error="kernels.profile: unknown profile 'no-such-profile'"),
     "plan": Row("table:plan", "`[plan] alignment = 64` (tiny_cnn)",
                 lambda repo: set_key(repo / "models/tiny_cnn/model.toml", "plan", "alignment", 64),
                 lambda b: table_edit("plan", "plan", TORCH_MODEL) | model_output(b, TORCH_MODEL)),

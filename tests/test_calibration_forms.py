@@ -181,7 +181,8 @@ def test_bad_calibration_file_shape_is_one_line(tmp_path: Path, capsys) -> None:
     np.save(folder / "calib.npy", np.zeros((4, 8, 8, 3), np.float32))
     assert main(["compile", str(folder), "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert err == ("kiln: error: calib.npy: input 'image' has shape [4, 8, 8, 3], expected [N, 1, 3, 8, 8] or [N, 3, 8, 8]\n")
+    assert err == (f"kiln: error: {folder / 'model.toml'}: quant.calibration: calib.npy: input 'image' has shape "
+                   "[4, 8, 8, 3], expected [N, 1, 3, 8, 8] or [N, 3, 8, 8]\n")
 
 
 def test_run_and_report_take_nchw_batches(tmp_path: Path, capsys) -> None:

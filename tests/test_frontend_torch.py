@@ -296,7 +296,7 @@ def test_input_binding_must_match_example_inputs() -> None:
     path = MODELS / "tiny_cnn" / "model.py"
     with pytest.raises(KilnError, match=r"inputs.image.shape \[1, 1, 32, 32\] does not match the model's \[1, 1, 16, 16\]"):
         import_model(path, "tiny_cnn", {"image": {"shape": [1, 1, 32, 32], "dtype": "float32"}})
-    with pytest.raises(KilnError, match=r"inputs.img: the model has no input 'img' \(its inputs: image\)"):
+    with pytest.raises(KilnError, match=r"inputs.img: the model has no input 'img' \(did you mean 'image'\?\) \(its inputs: image\)"):
         import_model(path, "tiny_cnn", {"img": {"shape": [1, 1, 16, 16]}})
     with pytest.raises(KilnError, match=r"inputs.image.dtype 'int8' does not match"):
         import_model(path, "tiny_cnn", {"image": {"dtype": "int8"}})

@@ -226,7 +226,7 @@ def test_config_disable_and_unknown_names() -> None:
     unfused = normalize(graph, {"disable": ["fuse_activation", "fuse_silu"]})
     assert "clamp" not in [n.op for n in fused.nodes] and "clamp" in [n.op for n in unfused.nodes]
     assert "silu" in [n.op for n in fused.nodes] and "silu" not in [n.op for n in unfused.nodes]
-    with pytest.raises(KilnError, match=r"^normalize.disable: unknown pass 'fuse_relu' \(known passes: fold_constants, .*, fuse_activation\)$"):
+    with pytest.raises(KilnError, match=r"^normalize.disable: unknown pass 'fuse_relu' \(did you mean 'fuse_gelu'\?\) \(known passes: fold_constants, .*, fuse_activation\)$"):
         normalize(graph, {"disable": ["fuse_relu"]})
     with pytest.raises(KilnError, match=r"cannot be brought to kernel form: Conv .*\(disabled passes: to_nhwc\)$"):
         normalize(graph, {"disable": ["to_nhwc"]})

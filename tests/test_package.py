@@ -111,7 +111,7 @@ def test_installed_kiln_builds_a_firmware_repo_with_plain_scons(venv, tmp_path, 
         assert {Path(module).name for module, _ in lines} == {"kiln.py", "toolchain.py"}, lines
         assert all(importer == str(venv / "bin/scons") for _, importer in lines), lines
     assert re.search(r"^\[1/6\] kiln import gesture$", log, re.M), log  # a cold build counts its stages
-    assert re.search(r"^kiln:   build/host/gesture: 6 run / 0 cached of 6 stages, arena [\d,]+ B, flash [\d,]+ B", log, re.M), log
+    assert re.search(r"^kiln:   build/host/gesture: 6 run / 0 cached of 6 stages, arena [\d,]+ B, host object [\d,]+ B", log, re.M), log
     assert parse_actions(run([venv / "bin/scons", "-Q"], cwd=repo, env=env).stdout)[0] == set()
     if not hostile:  # a broken model.toml next to a good model
         (repo / "models/broken").mkdir()
@@ -167,6 +167,7 @@ def test_the_scons_tool_in_a_bare_interpreter_loads_only_stdlib_scons_and_the_re
     assert outside == [] and "kiln" not in modules
     loaded = sorted(Path(modules[n]).relative_to(ROOT / "kiln").as_posix() for n in registry)
     assert loaded == sorted(["__init__.py", "atomic.py", "buildcache.py", "config.py", "errors.py", "manifest.py",
-                             "model_table.py", "names.py", "paths.py", "remotecache.py", "stages.py", "target/__init__.py",
-                             "target/cortex_m.py", "target/elf.py", "target/size.py", "target/targets.py", "worker.py",
+                             "model_table.py", "names.py", "paths.py", "progress.py", "remotecache.py", "stages.py",
+                             "target/__init__.py", "target/cortex_m.py", "target/elf.py", "target/size.py", "target/targets.py",
+                             "worker.py",
                              *(f"{package}/config.py" for package in ("frontends", "normalize", "quantize", "lower", "plan", "codegen"))])

@@ -26,7 +26,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from kiln.errors import KilnError, node_context
+from kiln.errors import KilnError, did_you_mean, node_context
 from kiln.frontends.torch_aten import HANDLERS
 from kiln.frontends.torch_emit import TORCH_DTYPES, Emitter, Unsupported, module_path, tensor_data
 from kiln.ir.graph import Graph, Node, Tensor
@@ -149,7 +149,8 @@ def check_bindings(bindings: dict[str, Any], actual: dict[str, tuple[tuple[int, 
     for name in sorted(bindings):
         spec = bindings[name] or {}
         if name not in actual:
-            raise KilnError(f"{where}: model.toml inputs.{name}: the model has no input {name!r} (its inputs: {', '.join(actual)})")
+            raise KilnError(f"{where}: model.toml inputs.{name}: the model has no input {name!r}{did_you_mean(name, actual)} "
+                            f"(its inputs: {', '.join(actual)})")
         shape, dtype = actual[name]
         if "shape" in spec and [int(d) for d in spec["shape"]] != list(shape):
             raise KilnError(f"{where}: model.toml inputs.{name}.shape {list(spec['shape'])} does not match the model's {list(shape)}")

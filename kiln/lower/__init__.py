@@ -12,7 +12,8 @@ per output.
 """
 from __future__ import annotations
 
-from kiln.errors import KilnError, node_context
+from kiln.config import suggest
+from kiln.errors import ConfigError, KilnError, node_context
 from kiln.ir.graph import Graph
 from kiln.lower import activation, binary, conv, fuse_residual, movement, norm, pool
 from kiln.lower.common import Rule, Site
@@ -56,7 +57,7 @@ def lower(graph: Graph, config: dict) -> Graph:
     profile = config.get("profile", "portable")
     rules = PROFILES.get(profile)
     if rules is None:
-        raise KilnError(f"graph {graph.name!r}: unknown kernels.profile {profile!r} (known: {', '.join(sorted(PROFILES))})")
+        raise ConfigError("kernels.profile", f"unknown profile {profile!r}{suggest(profile, list(PROFILES))}")
     limit = int(config.get("scratch_limit", CONFIG["scratch_limit"].default))
     g, _ = fuse_residual.run(graph, limit)
     lowered = []

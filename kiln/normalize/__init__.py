@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from kiln.config import suggest
-from kiln.errors import KilnError
+from kiln.errors import ConfigError, KilnError, did_you_mean
 from kiln.ir.graph import Graph
 from kiln.ir.verify import verify
 from kiln.normalize import input_layout, kernel_form
@@ -121,5 +121,6 @@ def _config(config: dict) -> tuple[list[str], str]:
     disabled = list(values["disable"])
     for name in disabled:
         if name not in PASS_NAMES:
-            raise KilnError(f"normalize.disable: unknown pass {name!r} (known passes: {', '.join(PASS_NAMES)})")
+            raise ConfigError("normalize.disable", f"unknown pass {name!r}{did_you_mean(name, PASS_NAMES)} "
+                                                   f"(known passes: {', '.join(PASS_NAMES)})")
     return disabled, values["input_layout"]

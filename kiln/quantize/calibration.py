@@ -18,11 +18,12 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from kiln.errors import KilnError, node_context
+from kiln.errors import ConfigError, KilnError, did_you_mean, node_context
 from kiln.ir.graph import Graph
 from kiln.quantize.observers import Observer, make_observer
 from kiln.reference.batch import run_batch
 from kiln.samples import stacked
+from kiln.stages import PROGRESS_FD_ENV
 
 PROGRESS_ENV = "KILN_PROGRESS"  # "1": show calibration progress at once, "0": never
 PROGRESS_DELAY_S = 2.0  # calibrations shorter than this print nothing
@@ -44,14 +45,14 @@ def load_calibration(graph: Graph, config: dict[str, Any], model_dir: Path, impo
     normalization turned NHWC (`normalize.input_layout`) gets its samples
     transposed to match. A float source without any samples is an error; a
     QDQ source needs none (it may still use them to fill parameters the source
-    left out).
+    left out). A bad file is a `ConfigError` of `quant.calibration` naming it.
     """
     if config["mode"] == "none":
         return {}
     if config["calibration"]:
         samples = _merge([_read_file(model_dir / rel, rel, graph) for rel in config["calibration"]], graph)
     else:
-        samples = _source_shaped(graph, _read_npz(imported_npz, imported_npz.name), imported_npz.name)
+        samples = _source_shaped(graph, _read_npz(imported_npz, str(imported_npz)), str(imported_npz))
     if not samples and graph.meta.get("quantized_source") not in ("qdq", "tflite"):
         raise missing_calibration_error(graph)
     return {name: _to_input_layout(graph, name, arr) for name, arr in samples.items()}
@@ -67,9 +68,15 @@ def _source_shape(graph: Graph, name: str) -> tuple[int, ...]:
 
 
 def _source_shaped(graph: Graph, samples: dict[str, np.ndarray], shown: str) -> dict[str, np.ndarray]:
-    """Each input's samples as (N, *source shape), from either accepted form."""
-    return {name: stacked(arr, _source_shape(graph, name), f"{shown}: input {name!r}") if name in graph.tensors else arr
-            for name, arr in samples.items()}
+    """Each input's samples as (N, *source shape), from either accepted form, and finite."""
+    out = {}
+    for name, arr in samples.items():
+        if name in graph.tensors:
+            arr = stacked(arr, _source_shape(graph, name), f"{shown}: input {name!r}")
+        if not np.issubdtype(arr.dtype, np.number) or not np.isfinite(arr).all():
+            raise KilnError(f"{shown}: the samples for input {name!r} must be finite numbers")
+        out[name] = arr
+    return out
 
 
 def _to_input_layout(graph: Graph, name: str, samples: np.ndarray) -> np.ndarray:
@@ -81,13 +88,22 @@ def _to_input_layout(graph: Graph, name: str, samples: np.ndarray) -> np.ndarray
 
 
 def _read_file(path: Path, shown: str, graph: Graph) -> dict[str, np.ndarray]:
+    """One `quant.calibration` file's samples; what is wrong with it is a ConfigError naming the key and the file."""
+    try:
+        return _read_samples(path, shown, graph)
+    except KilnError as exc:
+        raise ConfigError("quant.calibration", str(exc)) from None
+
+
+def _read_samples(path: Path, shown: str, graph: Graph) -> dict[str, np.ndarray]:
     if not path.is_file():
-        raise KilnError(f"quant.calibration: {shown}: no such file")
+        raise KilnError(f"{shown}: no such file")
     if path.suffix == ".npz":
         samples = _read_npz(path, shown)
         unknown = sorted(set(samples) - set(graph.inputs))
         if unknown:
-            raise KilnError(f"{shown}: arrays {unknown} are not model inputs (inputs: {', '.join(graph.inputs)})")
+            raise KilnError(f"{shown}: array {unknown[0]!r} is not a model input{did_you_mean(unknown[0], graph.inputs)} "
+                            f"(inputs: {', '.join(graph.inputs)})")
         return _source_shaped(graph, samples, shown)
     if len(graph.inputs) != 1:
         raise KilnError(f"{shown}: a .npy file calibrates a single-input model; this one has inputs "
@@ -122,7 +138,7 @@ def _merge(parts: list[dict[str, np.ndarray]], graph: Graph) -> dict[str, np.nda
             merged.setdefault(name, []).append(arr)
     missing = [n for n in graph.inputs if n not in merged]
     if missing:
-        raise KilnError(f"quant.calibration: no samples for input(s) {', '.join(missing)}")
+        raise ConfigError("quant.calibration", f"no samples for input(s) {', '.join(missing)}")
     return {n: np.concatenate(merged[n]) if len(merged[n]) > 1 else merged[n][0] for n in graph.inputs}
 
 
@@ -200,26 +216,42 @@ def _check_constants(graph: Graph) -> None:
 
 
 class Progress:
-    """Calibration progress on stderr, once a run has taken PROGRESS_DELAY_S (KILN_PROGRESS=1: at once, =0: never).
+    """Calibration progress: to the build's progress display when the build passes a descriptor for it, else on stderr.
 
-    On a terminal, one line redrawn in place; in a log (SCons output, CI), a
-    line at every tenth of the work, never one per sample. Each line names
-    the model, since parallel builds interleave their logs.
+    Run by the build (`KILN_PROGRESS_FD` names a pipe, `kiln/stages.py`), a
+    calibration writes `calibrate DONE SAMPLES PASS PASSES` lines to it, a
+    few a second at most, and draws nothing: the SCons process shows every
+    model's progress in one display (`kiln/progress.py`). Run alone (`kiln
+    compile`), it reports on stderr once a run has taken PROGRESS_DELAY_S
+    (KILN_PROGRESS=1: at once, =0: never): on a terminal, one line redrawn in
+    place; in a log, a line at every tenth of the work, never one per sample,
+    each naming the model.
     """
+
+    REPORT_EVERY_S = 0.1
 
     def __init__(self, model: str, samples: int, passes: int, clock: Callable[[], float] = time.monotonic) -> None:
         setting = os.environ.get(PROGRESS_ENV)
         self.model, self.samples, self.passes, self.clock = model, samples, passes, clock
-        self.on = setting != "0" and samples > 0
-        self.delay = 0.0 if setting == "1" else PROGRESS_DELAY_S
+        self.channel = _channel()
+        self.on = samples > 0 and (self.channel is not None or setting != "0")
+        self.delay = 0.0 if setting == "1" or self.channel is not None else PROGRESS_DELAY_S
         self.tty = sys.stderr.isatty()
         self.start = clock()
+        self.reported = -self.REPORT_EVERY_S
         self.tenths = 0
         self.drawn = False
 
     def update(self, pass_index: int, done: int) -> None:
         """`done` samples of pass `pass_index` are through."""
-        if not self.on or self.clock() - self.start < self.delay:
+        now = self.clock()
+        if not self.on or now - self.start < self.delay:
+            return
+        if self.channel is not None:
+            last = pass_index + 1 == self.passes and done == self.samples
+            if last or now - self.reported >= self.REPORT_EVERY_S:
+                self.reported = now
+                self._report(f"calibrate {done} {self.samples} {pass_index + 1} {self.passes}\n")
             return
         work = (pass_index * self.samples + done) / (self.samples * self.passes)
         where = f" pass {pass_index + 1}/{self.passes}," if self.passes > 1 else ""
@@ -232,7 +264,28 @@ class Progress:
             sys.stderr.write(f"kiln: calibrating {self.model}:{where} {done}/{self.samples} samples ({int(100 * work)}%)\n")
         sys.stderr.flush()
 
+    def _report(self, line: str) -> None:
+        """One line to the build's display; never blocks the calibration, and a display that went away ends reporting."""
+        try:
+            os.write(self.channel, line.encode())
+        except BlockingIOError:
+            pass  # the display is behind: this report is dropped, a later one says more
+        except OSError:
+            self.on = False
+
     def close(self) -> None:
         if self.drawn:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+
+def _channel() -> int | None:
+    """The build's progress descriptor (`KILN_PROGRESS_FD`), set non-blocking; None outside the build or when invalid."""
+    value = os.environ.get(PROGRESS_FD_ENV, "")
+    if not value.isdigit() or int(value) < 3:  # never the standard streams
+        return None
+    try:
+        os.set_blocking(int(value), False)
+    except OSError:
+        return None
+    return int(value)

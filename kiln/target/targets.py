@@ -130,5 +130,5 @@ def target(name: str) -> Target:
     if found is None:
         from .. import errors
 
-        raise errors.KilnError(f"unknown target {name!r} (targets: {', '.join(TARGETS)})")
+        raise errors.KilnError(f"unknown target {name!r}{errors.did_you_mean(str(name), TARGETS)} (targets: {', '.join(TARGETS)})")
     return found

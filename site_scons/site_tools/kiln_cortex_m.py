@@ -188,7 +188,10 @@ def _includes(env) -> list:
 
 
 def generate(env) -> None:
-    t = _target(env)  # an unknown KILN_TARGET stops here with the list of targets
+    try:
+        t = _target(env)
+    except kiln_scons.KilnError as exc:  # an unknown KILN_TARGET: one line with the list of targets, not a traceback
+        kiln_scons._error(str(exc))
     env.Replace(CC=cortex_m.compiler(t), LINK=cortex_m.compiler(t), CFLAGS=list(cortex_m.CFLAGS),
                 CCFLAGS=cortex_m.ccflags(t), PROGSUFFIX=".elf", AR=t.toolchain + "ar", RANLIB=t.toolchain + "ranlib",
                 KILN_TARGET=t.name)

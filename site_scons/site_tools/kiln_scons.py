@@ -13,8 +13,9 @@ Each stage runs as its own process (`KILN_PYTHON -P -m kiln.runner NAME ...`,
 from an argument list: no shell ever sees a folder name), so `scons -j` is
 parallel. KILN_PYTHON is the Python that has Kiln: for an installed Kiln the
 Python of the environment this tool was installed into, for a source checkout
-the Python running SCons (with the checkout on PYTHONPATH); a construction
-variable or environment variable `KILN_PYTHON` overrides it. A stage
+the Python running SCons (with the checkout on PYTHONPATH); `KILN_PYTHON`
+overrides it (`setting`: a command-line variable, `scons KILN_PYTHON=...`,
+over a construction variable, over an environment variable). A stage
 target's signature is exactly: its input artifacts' contents, the canonical
 text of the model.toml tables it reads (a Value node), the contents of the
 source modules the registry lists for it, and the stage's name — no absolute
@@ -56,6 +57,7 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 import stat
 import sys
 import threading
@@ -100,18 +102,38 @@ def load_registry(package: Path) -> ModuleType:
 
 PACKAGE = _kiln_package()
 _KILN = load_registry(PACKAGE).__name__
-buildcache, model_config, errors, manifest, model_table, paths, registry, remotecache, worker = (
-    importlib.import_module(f"{_KILN}.{m}")
-    for m in ("buildcache", "config", "errors", "manifest", "model_table", "paths", "stages", "remotecache", "worker"))
+buildcache, model_config, errors, manifest, model_table, paths, progress, registry, remotecache, worker = (
+    importlib.import_module(f"{_KILN}.{m}") for m in
+    ("buildcache", "config", "errors", "manifest", "model_table", "paths", "progress", "stages", "remotecache", "worker"))
 write_atomic = importlib.import_module(f"{_KILN}.atomic").write_atomic
 firmware_targets = importlib.import_module(f"{_KILN}.target.targets")
 KilnError = errors.KilnError
 SOURCE_ROOT = PACKAGE.parent  # the folder the registry's `kiln/...` module paths are relative to
 
 
+SETTINGS = ("KILN_PYTHON", "KILN_WORKERS", "KILN_PROGRESS")  # also SCons command-line variables: `scons KILN_PYTHON=...`
+
+
+def setting(env, name: str) -> str | None:
+    """A Kiln setting: the SCons command-line variable (`scons NAME=VALUE`), else the construction variable, else the
+    environment variable."""
+    for chosen in (SCons.Script.ARGUMENTS.get(name), env.get(name) if env is not None else None, os.environ.get(name)):
+        if chosen is not None and str(chosen) != "":
+            return str(chosen)
+    return None
+
+
+def _check_arguments() -> None:
+    """A misspelt Kiln command-line variable (`scons KILN_PYTON=...`) would be ignored: stop, naming the known ones."""
+    for name in SCons.Script.ARGUMENTS:
+        if name.upper().startswith("KILN") and name not in SETTINGS:
+            _error(f"unknown command-line variable {name!r}{errors.did_you_mean(name, SETTINGS)} "
+                   f"(Kiln's: {', '.join(SETTINGS)})")
+
+
 def kiln_python(env) -> str:
-    """The Python that runs stages: `KILN_PYTHON` (construction or environment variable), else found from Kiln."""
-    chosen = env.get("KILN_PYTHON") or os.environ.get("KILN_PYTHON")
+    """The Python that runs stages: `KILN_PYTHON` (`setting`), else found from Kiln."""
+    chosen = setting(env, "KILN_PYTHON")
     if chosen:
         return str(chosen)
     if paths.source_checkout():
@@ -142,13 +164,23 @@ class StageAction(SCons.Action.FunctionAction):
     def _run(self, target, source, env) -> int:
         args = [self.stage, "--model-dir", env["KILN_MODEL_DIR"].path, "--build-dir", target[0].dir.path]
         python = str(env["KILN_PYTHON"])
+        key = (env["KILN_BUILD_ROOT"], env["KILN_MODEL"])
+        if not shutil.which(python, path=env["ENV"].get("PATH")):  # else the stage would fail without a word
+            print(f"kiln: error: {self.stage} {key[1]}: KILN_PYTHON {python} is not a program", file=sys.stderr)
+            return 1
+        channel = _PROGRESS.started(key, self.stage)  # where the stage reports progress: no part of any signature
         start = time.perf_counter()
         status = None
-        if use_workers(env):  # a warm worker, else (or when it fails) a fresh process: the same bytes either way
-            status = worker.run(python, str(SOURCE_ROOT), SCons.Util.sanitize_shell_env(env["ENV"]), args, os.getcwd())
-        if status is None:
-            status = SCons.Action.scons_subproc_run(env, [python, "-P", "-m", "kiln.runner", *args]).returncode
-        _PROGRESS.ran(env["KILN_MODEL"], env["KILN_BUILD_ROOT"], time.perf_counter() - start)
+        try:
+            if use_workers(env):  # a warm worker, else (or when it fails) a fresh process: the same bytes either way
+                status = worker.run(python, str(SOURCE_ROOT), SCons.Util.sanitize_shell_env(env["ENV"]), args,
+                                    os.getcwd(), channel)
+            if status is None:
+                report = {} if channel is None else {"env": dict(env["ENV"], **{registry.PROGRESS_FD_ENV: str(channel)}),
+                                                     "pass_fds": (channel,)}
+                status = SCons.Action.scons_subproc_run(env, [python, "-P", "-m", "kiln.runner", *args], **report).returncode
+        finally:
+            _PROGRESS.ran(key, self.stage, time.perf_counter() - start, channel)
         return status
 
     def _show(self, target, source, env) -> str:
@@ -159,70 +191,114 @@ class StageAction(SCons.Action.FunctionAction):
 
 
 def use_workers(env) -> bool:
-    """Stages run in persistent workers (`kiln/worker.py`) unless `KILN_WORKERS=0` (construction or environment
-    variable) or `--kiln-no-workers`."""
-    chosen = env.get("KILN_WORKERS")
-    if chosen is not None and str(chosen) == "0":
-        return False
-    return worker.enabled() and not SCons.Script.GetOption("kiln_no_workers")
+    """Stages run in persistent workers (`kiln/worker.py`) unless `KILN_WORKERS=0` (`setting`) or `--kiln-no-workers`."""
+    return setting(env, "KILN_WORKERS") != "0" and not SCons.Script.GetOption("kiln_no_workers")
 
 
 class Progress:
-    """`[k/n]` before each stage action and, at exit, one summary line per model of what the build did.
+    """The build's progress (`kiln/progress.py`) and, at exit, one summary line per model of what the build did.
 
-    n is the number of stage targets the requested build holds (a cold build
-    runs them all); k counts the stage actions shown so far.
+    `[k/n]` before each stage action: k counts the stage actions started or
+    taken from the cache, n the stage targets of the requested build that
+    SCons has not found up to date (so far: a cold build's n is all of them).
     """
 
     def __init__(self) -> None:
-        self.stage_nodes: set = set()
-        self.total: int | None = None
-        self.shown = 0
+        self.stage_nodes: dict = {}  # a stage action's first target -> ((build root, model), stage)
+        self.reachable: list | None = None  # the stage nodes the requested build holds, found at its first stage
+        self.started_count = 0
         self.models: dict[tuple[str, str], dict] = {}  # (build root, model) -> what the summary shows
         self.broken: list[str] = []
+        self.display = None
+        self.lock = threading.Lock()
 
     def count(self, node) -> str:
-        if self.total is None:
-            self.total = self._reachable()
-        self.shown += 1
-        return f"[{self.shown}/{self.total}] " if self.total else ""
+        with self.lock:
+            self.started_count += 1
+            snap = self._snapshot()
+        return f"[{snap.started}/{snap.total}] " if snap.total else ""
 
-    def _reachable(self) -> int:
-        targets = list(SCons.Script.BUILD_TARGETS) or ["."]
-        seen, todo, found = set(), [_node(t) for t in targets], 0
-        while todo:
-            node = todo.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            found += node in self.stage_nodes
-            todo.extend(node.children(scan=0))
-        return found
+    def _stage_nodes(self) -> list:
+        if self.reachable is None:
+            targets = list(SCons.Script.BUILD_TARGETS) or ["."]
+            seen, todo, found = set(), [_node(t) for t in targets], []
+            while todo:
+                node = todo.pop()
+                if node in seen:
+                    continue
+                seen.add(node)
+                if node in self.stage_nodes:
+                    found.append(node)
+                todo.extend(node.children(scan=0))
+            self.reachable = found
+        return self.reachable
 
-    def ran(self, model: str, root: str, seconds: float) -> None:
-        entry = self.models[(root, model)]
+    def _snapshot(self):
+        """k and n (see the class), and the stages still to run by model, from the stage nodes' states."""
+        nodes = self._stage_nodes()
+        current = sum(n.get_state() == SCons.Node.up_to_date for n in nodes)
+        pending = [self.stage_nodes[n] for n in nodes if n.get_state() in (SCons.Node.no_state, SCons.Node.pending)]
+        return progress.Snapshot(self.started_count, max(len(nodes) - current, self.started_count), pending)
+
+    def _display(self):
+        if self.display is None:
+            how = progress.mode(setting(None, "KILN_PROGRESS"), sys.stdout)
+            if SCons.Script.GetOption("silent") or SCons.Script.GetOption("no_exec"):
+                how = "off"
+            self.display = progress.Display(how, SCons.Script.GetOption("num_jobs") or 1, self._locked_snapshot, sys.stdout,
+                                            delay=0.0 if setting(None, "KILN_PROGRESS") == "1" else progress.DELAY_S)
+        return self.display
+
+    def _locked_snapshot(self):
+        with self.lock:
+            return self._snapshot()
+
+    def started(self, key: tuple[str, str], stage: str) -> int | None:
+        """A stage action starts; the descriptor its stage reports progress to, or None."""
+        return self._display().start(key, key[1], stage)
+
+    def ran(self, key: tuple[str, str], stage: str, seconds: float, channel: int | None) -> None:
+        if channel is not None:
+            os.close(channel)
+        self._display().finish(key, stage, seconds)
+        entry = self.models[key]
         entry["run"] += 1
         entry["seconds"] += seconds
 
     def retrieved(self, node) -> None:
         if node not in self.stage_nodes:
             return  # a stage's other outputs: its action is counted once, by its first target
-        for (root, model), entry in self.models.items():
-            if node in entry["nodes"]:
-                entry["cached"] += 1
+        with self.lock:
+            self.started_count += 1
+        self.models[self.stage_nodes[node][0]]["cached"] += 1
+
+    def target_object(self, header, target: str, obj) -> None:
+        """A model's object compiled for a firmware target: the summary shows its size as the model's flash there."""
+        for entry in self.models.values():
+            if entry["header"] is header:
+                entry["targets"][target] = obj
 
     def summary(self) -> None:
-        """One line per model the build touched: stages run and from the cache, arena and flash bytes, stage time;
-        then one line per cache the build used: hits, misses, refused entries, entries stored."""
+        """One line per model the build touched: stages run and from the cache, arena and code bytes, stage time, or
+        the stage it failed in; then one line per cache the build used: hits, misses, refused entries, entries
+        stored."""
+        if self.display is not None:
+            self.display.close()
         if SCons.Script.GetOption("silent") or SCons.Script.GetOption("help"):
             return
-        touched = [(k, e) for k, e in sorted(self.models.items()) if e["run"] or e["cached"]]
+        touched = [(k, e, self._outcome(e)) for k, e in sorted(self.models.items()) if e["run"] or e["cached"]]
         if touched:
-            print(f"kiln: {len(touched)} model(s) rebuilt; per model: stages run / from the cache, arena, flash, stage time")
-        for (root, model), e in touched:
-            arena, flash = model_table.model_sizes(Path(e["header"].abspath), Path(e["object"].abspath))
-            print(f"kiln:   {root}/{model}: {e['run']} run / {e['cached']} cached of {len(registry.STAGES)} stages, "
-                  f"arena {_bytes(arena)}, flash {_bytes(flash)}, {e['seconds']:.1f} s")
+            counts = [(what, sum(o[0] == what for _, _, o in touched)) for what in ("rebuilt", "failed", "stopped")]
+            said = ", ".join(f"{n}{' model(s)' if i == 0 else ''} {what}" for i, (what, n) in enumerate(c for c in counts if c[1]))
+            print(f"kiln: {said}; per model: stages run / from the cache, arena, code and constants (host object, or flash "
+                  "on a target), stage time")
+        for (root, model), e, (what, detail) in touched:
+            stages = f"{e['run']} run / {e['cached']} cached of {len(registry.STAGES)} stages"
+            if what != "rebuilt":
+                print(f"kiln:   {root}/{model}: {detail}; {stages}, {e['seconds']:.1f} s")
+                continue
+            sizes = "".join(f", {s}" for s in self._sizes(e))
+            print(f"kiln:   {root}/{model}: {stages}{sizes}, {e['seconds']:.1f} s")
         for message in self.broken if touched else []:
             print(f"kiln:   not built: {message}")
         for location, c in sorted(_CACHE_STATS.items()):
@@ -231,6 +307,34 @@ class Progress:
                 print(f"kiln: cache {location}: {c['hits']} hits, {c['misses']} misses, {c['refused']} entries refused, "
                       f"{c['stored']} stored" + (" (read-only)" if location in _READONLY else "")
                       + (f"; not used after it failed ({server.down})" if server and server.down else ""))
+
+    def _outcome(self, e: dict) -> tuple[str, str]:
+        """("rebuilt", ""), ("failed", what failed) or ("stopped", where the build stopped before the model was done)."""
+        states = {st: e["stages"][st][0].get_state() for st in e["stages"]}
+        failed = next((st for st, state in states.items() if state == SCons.Node.failed), None)
+        if failed is not None:
+            return "failed", f"FAILED in stage {failed} (its error is above)"
+        if e["object"].get_state() == SCons.Node.failed:
+            return "failed", f"FAILED compiling {e['object'].sources[0]} (its error is above)"
+        reachable = set(self._stage_nodes())
+        unfinished = next((st for st, nodes in e["stages"].items() if nodes[0] in reachable and states[st] in
+                           (SCons.Node.no_state, SCons.Node.pending, SCons.Node.executing)), None)
+        if unfinished is not None:
+            return "stopped", f"not finished: the build stopped at an error before its stage {unfinished}"
+        return "rebuilt", ""
+
+    @staticmethod
+    def _sizes(e: dict) -> list[str]:
+        """Arena and code bytes of what this build has built or found up to date (a file it did not is stale)."""
+        built = (SCons.Node.executed, SCons.Node.up_to_date)
+        header = Path(e["header"].abspath)
+        arena, host = model_table.model_sizes(header, Path(e["object"].abspath))
+        out = [f"arena {_bytes(arena)}"] if e["header"].get_state() in built else []
+        out += [f"host object {_bytes(host)}"] if e["object"].get_state() in built else []
+        for target, obj in sorted(e["targets"].items()):
+            if obj.get_state() in built:
+                out.append(f"flash {_bytes(model_table.model_sizes(header, Path(obj.abspath))[1])} on {target}")
+        return out
 
 
 def _node(target):
@@ -353,6 +457,7 @@ def kiln_errors(env, after: list | None = None) -> list:
     every other model first)."""
     if after and _BROKEN:
         env.Depends(_BROKEN, _independent(SCons.Util.flatten(after), set(_BROKEN)))
+    _check_targets()
     return list(_BROKEN)
 
 
@@ -390,6 +495,21 @@ def claim_root(env, build_root: str) -> None:
                f"(for example {os.path.join(os.path.dirname(root) or '.', target)})")
 
 
+def _check_targets() -> None:
+    """A command-line target that names nothing the build declared, close to a name it did (a model, MODEL-STAGE,
+    report): one line with the suggestion, where SCons would only say it does not know how to make it."""
+    if SCons.Script.GetOption("help"):
+        return
+    aliases = SCons.Node.Alias.default_ans
+    for name in SCons.Script.COMMAND_LINE_TARGETS:
+        if aliases.lookup(name) is not None:
+            continue
+        node = SCons.Node.FS.get_default_fs().Entry(name)
+        close = errors.did_you_mean(name, aliases) if not (node.exists() or node.has_builder()) else ""
+        if close:
+            _error(f"unknown target {name!r}{close}")
+
+
 def _declare_model(env, model_dir, build_root: str) -> dict:
     claim_root(env, build_root)
     model_dir_node = model_dir if isinstance(model_dir, SCons.Node.Node) else env.Dir(_literal(model_dir))
@@ -416,7 +536,7 @@ def _declare_model(env, model_dir, build_root: str) -> dict:
         # leaves the previous complete artifact (still recorded as out of date), never a missing one.
         menv.Precious(nodes)
         stages[st.name] = nodes
-        _PROGRESS.stage_nodes.add(nodes[0])  # one per action
+        _PROGRESS.stage_nodes[nodes[0]] = ((build_root, name), st.name)  # one per action
         env.Alias(SCons.Node.Alias.default_ans.Alias(f"{name}-{st.name}"), nodes)
     c_source, header = (next(n for n in stages["codegen"] if str(n).endswith(suffix)) for suffix in (".c", ".h"))
     # The generated C includes its header from its own folder: no -I flag names the model's folder. Compiled
@@ -426,7 +546,7 @@ def _declare_model(env, model_dir, build_root: str) -> dict:
     alias = SCons.Node.Alias.default_ans.Alias(name)
     env.Alias(alias, obj)
     _PROGRESS.models[(build_root, name)] = {"run": 0, "cached": 0, "seconds": 0.0, "header": header, "object": obj[0],
-                                            "nodes": {n for nodes in stages.values() for n in nodes}}
+                                            "stages": stages, "targets": {}}
     env.Requires(obj, root_record(env, build_root))
     add_to_report(env, build_root, [n for nodes in stages.values() for n in nodes] + obj)
     model = {"name": name, "stages": stages, "object": obj, "prefix": prefix, "build": build, "alias": alias,
@@ -466,6 +586,7 @@ def kiln_target_models(env, models: list[dict], build_root: str) -> Models:
         obj = env.Object(build.File(f"./{m['name']}{env.subst('$OBJSUFFIX')}"), c_source,
                          CPPPATH=[env.fs.Dir(str(paths.runtime()))])
         env.Requires(obj, copies + root_record(env, build_root))  # the whole folder, for `kiln check` and the report
+        _PROGRESS.target_object(m["header"], env.get("KILN_TARGET", build_root), obj[0])
         add_to_report(env, build_root, copies + obj)
         found.append(_with_program(env, dict(m, stages=stages, object=obj, build=build, header=header, root=build_root,
                                              target=_target_name(env))))
@@ -543,7 +664,9 @@ def _help(build_root: str, models: list[dict]) -> None:
         "  options: --kiln-cache=DIR or =http(s)://SERVER (or KILN_CACHE) shares stage results between builds and clones;\n"
         "           --kiln-cache-readonly (or KILN_CACHE_READONLY=1) reads it and never writes (untrusted builds);\n"
         "           KILN_PYTHON=PYTHON runs the stages with that Python (default: the one Kiln is installed in);\n"
-        "           --kiln-no-workers (or KILN_WORKERS=0) runs each stage in a fresh process instead of a warm worker\n",
+        "           --kiln-no-workers (or KILN_WORKERS=0) runs each stage in a fresh process instead of a warm worker;\n"
+        "           KILN_PROGRESS=0 shows no progress line, KILN_PROGRESS=1 shows it from the start\n"
+        "           (KILN_* settings: on the command line, `scons KILN_PYTHON=...`, or in the environment)\n",
         append=True, local_only=True)
 
 
@@ -1028,6 +1151,7 @@ def _use_server(env, url: str, readonly: bool) -> None:
 
 def generate(env) -> None:
     _add_options()
+    _check_arguments()
     _use_cache(env)
     if paths.source_checkout():  # stages import this checkout's kiln
         env.PrependENVPath("PYTHONPATH", str(SOURCE_ROOT))

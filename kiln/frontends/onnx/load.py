@@ -9,7 +9,7 @@ import onnx
 import onnx.inliner
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
-from kiln.errors import KilnError
+from kiln.errors import KilnError, did_you_mean
 from kiln.frontends.onnx.context import Unsupported
 from kiln.frontends.onnx.handlers import onnx_dtype
 
@@ -93,7 +93,9 @@ def bind_inputs(model: onnx.ModelProto, inputs: dict[str, Any], path: Path) -> l
     real = [vi for vi in model.graph.input if vi.name not in constant]
     unknown = sorted(set(inputs) - {vi.name for vi in real})
     if unknown:
-        raise KilnError(f"{path}: inputs {', '.join(map(repr, unknown))} in model.toml are not inputs of the model (it has {', '.join(repr(vi.name) for vi in real)})")
+        names = [vi.name for vi in real]
+        raise KilnError(f"{path}: inputs {', '.join(map(repr, unknown))} in model.toml are not inputs of the model"
+                        f"{did_you_mean(unknown[0], names)} (it has {', '.join(map(repr, names))})")
     return [_bind(vi, inputs.get(vi.name) or {}, path) for vi in real]
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kiln.errors import KilnError
+from kiln.errors import KilnError, did_you_mean
 from kiln.frontends.imported import Imported
 from kiln.frontends.tflite.convert import HANDLERS, Converter, Unsupported
 from kiln.frontends.tflite.quant import tflm_view
@@ -79,8 +79,8 @@ def _check_io(source: Path, model: TflModel, graph: Graph, inputs: dict[str, Any
     """model.toml may restate an input's shape and dtype; it must agree with the file, whose shapes are static."""
     unknown = sorted(set(inputs) - set(graph.inputs))
     if unknown:
-        raise KilnError(f"{source}: inputs {', '.join(map(repr, unknown))} in model.toml are not inputs of the model "
-                        f"(it has {', '.join(map(repr, graph.inputs))})")
+        raise KilnError(f"{source}: inputs {', '.join(map(repr, unknown))} in model.toml are not inputs of the model"
+                        f"{did_you_mean(unknown[0], graph.inputs)} (it has {', '.join(map(repr, graph.inputs))})")
     for name in graph.inputs:
         t, want = graph.tensors[name], inputs.get(name) or {}
         if t.is_constant:
