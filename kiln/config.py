@@ -114,8 +114,9 @@ def validate(raw: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
         for name in given:
             if name not in keys:
                 elsewhere = [f"{t}.{name}" for t, other in schema.items() if name in other]  # a key of another table
-                known = elsewhere or [f"{table}.{k}" for k in keys] + [k for k in schema if k != table]
-                raise KilnError(f"{where}: unknown key '{table}.{name}'{suggest(f'{table}.{name}', known)}")
+                hint = (f" (did you mean {' or '.join(map(repr, elsewhere))}?)" if elsewhere else
+                        suggest(f"{table}.{name}", [f"{table}.{k}" for k in keys]))
+                raise KilnError(f"{where}: unknown key '{table}.{name}'{hint}")
         out[table] = {name: key.validate(given[name], f"{where}: {table}.{name}") if name in given else key.default for name, key in keys.items()}
     return out
 

@@ -380,7 +380,7 @@ def test_scons_cortex_m4_target(tmp_path):
     copy_repo(tmp_path, (model,))
     scons = [sys.executable, "-m", "SCons", "-Q", "-j2"]
     bad = subprocess.run(scons + ["target=bogus"], cwd=tmp_path, capture_output=True, text=True)
-    assert bad.returncode == 2 and "unknown target 'bogus'" in bad.stdout
+    assert bad.returncode == 2 and "unknown target 'bogus'" in bad.stderr
     proc = subprocess.run(scons + ["target=cortex-m4"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     build = tmp_path / "build" / "cortex-m4"

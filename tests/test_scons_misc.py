@@ -218,7 +218,7 @@ def test_own_main_on_the_board_heap_exit_status_fault_and_timeout(external_repo_
     (('models["gesture"]', 'models["gestrue"]'), "kiln: error: no model 'gestrue' in models (did you mean 'gesture'?)"),
     (('"build/m4"', '"build/host"'), "kiln: error: build root build/host holds the host build; give the cortex-m4 build "
                                      "a root of its own (for example build/cortex-m4)"),
-    (('KilnTarget("cortex-m4")', 'KilnTarget("cortex-m9")'), "kiln: error: unknown target 'cortex-m9' (targets: "),
+    (('KilnTarget("cortex-m4")', 'KilnTarget("cortex-m9")'), "kiln: error: unknown target 'cortex-m9' (did you mean 'cortex-m7'?) (targets: cortex-m0, "),
 ])
 def test_external_repo_mistakes_are_one_line(tmp_path, edit, message):
     repo = external_repo.lay_out(tmp_path)
