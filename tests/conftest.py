@@ -89,6 +89,22 @@ def wheel(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def converted(tmp_path_factory) -> Path:
+    """TensorFlow's TFLite converter's files (tests/tflite_convert.py, run in `.venv-tf`), written once per session
+    (xdist workers share them)."""
+    from model_builds import _locked, shared_root
+
+    out, tf_python = shared_root(tmp_path_factory.getbasetemp(), "tflite-converter"), ROOT / ".venv-tf/bin/python"
+    with _locked(out) as done:
+        if not done:
+            assert tf_python.exists(), f"{tf_python} is missing: run scripts/setup.sh (it creates the TensorFlow environment)"
+            proc = subprocess.run([str(tf_python), str(ROOT / "tests/tflite_convert.py"), str(out)], capture_output=True,
+                                  text=True, timeout=600)
+            assert proc.returncode == 0, f"the TFLite converter failed:\n{proc.stderr[-4000:]}"
+    return out
+
+
+@pytest.fixture(scope="session")
 def external_repo_run(tmp_path_factory) -> tuple[Path, dict]:
     """examples/external_repo with the SConstruct docs/build.md shows, after the page's commands ran in it
     (tests/external_repo.py): the repository and each command's result."""

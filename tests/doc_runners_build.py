@@ -1,21 +1,10 @@
-"""Runners of the documented scripts, SCons builds, caches, the external repository and the install lines
-(tests/doc_commands.py)."""
+"""Runners of the documented scripts, SCons builds, caches and the external repository (tests/doc_commands.py)."""
 from __future__ import annotations
 
 import base64
-import importlib.metadata
-import os
 import re
 import shlex
 import shutil
-import sys
-import tomllib
-import zipfile
-from pathlib import Path
-
-import numpy as np
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 import external_repo
 from cache_servers import nginx
@@ -167,62 +156,3 @@ def external_repo_block(docs: Docs, cmds: list[Command]) -> None:
     assert [c.text for c in cmds] == [c for c in external_repo.doc_commands() if c in {c.text for c in cmds}]
     assert external_repo.doc_sconstruct() == (ROOT / "examples/external_repo/SConstruct").read_text()
     external_repo.check_documented_run(repo, results)
-
-
-# -- docs/build.md: installing Kiln -----------------------------------------------------------------
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-WHEELHOUSE = Path(sys.prefix) / "wheelhouse"  # scripts/setup.sh: the wheels of Kiln's dependencies, pinned
-
-
-def hard_link(source: str, target: str) -> None:
-    """A file's bytes at `target` without copying them, or a copy on another file system."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-
-
-def install_from_here(names: list[str], venv: Path) -> None:
-    """Install the distributions `names` and what they require into `venv` as this environment has them, hard-linked
-    into a folder of `venv` that a .pth file puts first on its path (pip sees them as installed, ahead of older
-    copies the virtual environment came with)."""
-    folder, seen = venv / "installed-here", set()
-    folder.mkdir()
-    while names:
-        requirement = Requirement(names.pop())
-        if canonicalize_name(requirement.name) in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
-            continue
-        seen.add(canonicalize_name(requirement.name))
-        dist = importlib.metadata.distribution(requirement.name)
-        for top in {f.parts[0] for f in dist.files} - {"..", "__pycache__"}:
-            source = Path(dist.locate_file(top))
-            if source.is_dir():
-                shutil.copytree(source, folder / top, copy_function=hard_link, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                hard_link(str(source), str(folder / top))
-        names += dist.requires or []
-    site = next(venv.glob("lib/python*/site-packages"))
-    (site / "installed-here.pth").write_text(f"import sys; sys.path.insert(0, {str(folder)!r})\n")
-
-
-@runs(r"python3 -m venv \.venv && \.venv/bin/pip install kiln-mcu", r"\.venv/bin/pip install 'kiln-mcu\[torch\]'", r"\.venv/bin/scons -j2")
-def install(docs: Docs, cmds: list[Command]) -> None:
-    """In a firmware repository (examples/external_repo: its gesture model is a model.py), from a package index that
-    is a folder: this checkout's wheel and the pinned dependency wheels (no pip configuration, no network). torch,
-    which no local wheel holds, comes from the test environment (with what it requires) before the `[torch]` line,
-    as if installed already: that line must resolve the extra and find torch's pinned version satisfied."""
-    wheel = docs.fixture("wheel")
-    assert zipfile.ZipFile(wheel).read(f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info/METADATA").decode() \
-        .splitlines()[1] == f"Name: {PROJECT['name']}"
-    repo = Path(shutil.copytree(ROOT / "examples/external_repo", docs.tmp / "firmware"))
-    env = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": f"{wheel.parent} {WHEELHOUSE}",
-           "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    venv, torch = docs.run(cmds[0].shell(), repo, env=env), cmds[1]
-    assert re.search(rf"^Successfully installed .*\b{PROJECT['name']}-", venv.stdout, re.M), venv.log
-    pin = next(r for r in PROJECT["optional-dependencies"]["torch"] if r.startswith("torch=="))
-    install_from_here([pin], repo / ".venv")
-    result = docs.run(torch.shell(), repo, env=env)
-    assert f"Requirement already satisfied: {pin}" in result.stdout and "does not provide the extra" not in result.log, result.log
-    build = docs.run(cmds[2].shell(), repo)
-    assert model_stages("gesture") <= build.actions and "link build/host/gesture_app" in build.actions, build.log
-    assert "site-packages/kiln/runtime" in build.log and str(ROOT) not in build.log, build.log  # the installed Kiln

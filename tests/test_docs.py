@@ -13,9 +13,10 @@ from packaging.utils import canonicalize_name
 import doc_runners_bench  # noqa: F401  (each module registers its runners)
 import doc_runners_build  # noqa: F401
 import doc_runners_cli  # noqa: F401
+import doc_runners_install  # noqa: F401
 from conftest import ROOT, project_files
 from doc_commands import RUNNERS, Command, Docs, commands, doc_files, unmarked_lines
-from doc_runners_build import PROJECT
+from doc_runners_install import PROJECT
 from kiln.errors import missing_package
 
 DOCUMENTED = commands()

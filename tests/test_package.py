@@ -72,30 +72,31 @@ def test_runtime_dependencies_are_what_every_source_needs(wheel):
     assert re.search(r"^Requires-Dist: tflite-micro\S*; extra == \"tflite\"$", metadata, re.M)
 
 
-def firmware_repo(base: Path, hostile: bool) -> Path:
+def firmware_repo(base: Path) -> Path:
     """examples/external_repo as docs/build.md shows it, in `base`, with no Kiln source; its gesture model an ONNX file
-    (no torch needed)."""
+    (no torch needed); the firmware's own `kiln.py` and `toolchain.py` in its site_scons/ and beside its SConstruct,
+    each logging who imports it."""
     models = base / "models"
     add_onnx_model(models / "gesture")
     repo = external_repo.lay_out(base, models)
     shutil.rmtree(models)
-    if hostile:
-        own = ('"""The firmware\'s own {name}: it logs who imports it."""\nimport os, sys\n\nFIRMWARE_OWN = True\n'
-               'with open(os.path.join(os.environ["FIRMWARE_LOG"]), "a") as log:\n'
-               '    log.write(f"{{__file__}} {{sys.argv[0]}}\\n")\n')
-        for path in (repo / "site_scons/toolchain.py", repo / "site_scons/kiln.py", repo / "toolchain.py", repo / "kiln.py"):
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(own.format(name=path.name))
-        with open(repo / "SConstruct", "a") as f:  # the firmware uses its own modules after loading Kiln's tool
-            f.write("\nimport kiln, toolchain\nassert kiln.FIRMWARE_OWN and toolchain.FIRMWARE_OWN\n")
+    own = ('"""The firmware\'s own {name}: it logs who imports it."""\nimport os, sys\n\nFIRMWARE_OWN = True\n'
+           'with open(os.path.join(os.environ["FIRMWARE_LOG"]), "a") as log:\n'
+           '    log.write(f"{{__file__}} {{sys.argv[0]}}\\n")\n')
+    for path in (repo / "site_scons/toolchain.py", repo / "site_scons/kiln.py", repo / "toolchain.py", repo / "kiln.py"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(own.format(name=path.name))
+    with open(repo / "SConstruct", "a") as f:  # the firmware uses its own modules after loading Kiln's tool
+        f.write("\nimport kiln, toolchain\nassert kiln.FIRMWARE_OWN and toolchain.FIRMWARE_OWN\n")
     return repo
 
 
-@pytest.mark.parametrize("hostile", [False, True], ids=["plain", "hostile-site_scons"])
-def test_installed_kiln_builds_a_firmware_repo_with_plain_scons(venv, tmp_path, hostile):
-    """The commands docs/build.md shows, run from the wheel's environment: the app on the host and under QEMU,
-    `kiln check` of both build roots, the report with the Cortex-M4 image's layers."""
-    repo = firmware_repo(tmp_path / "firmware", hostile)
+def test_installed_kiln_builds_a_firmware_repo_with_plain_scons(venv, tmp_path):
+    """The commands docs/build.md shows, run from the wheel's environment (its base install: an ONNX model needs no
+    extra) in a firmware repository with modules of its own named like Kiln's: the app on the host and under QEMU,
+    `kiln check` of both build roots, the report with the Cortex-M4 image's layers; a broken model.toml reported
+    by `scons -h`. (tests/doc_runners_install.py walks the same path with both extras, from scratch.)"""
+    repo = firmware_repo(tmp_path / "firmware")
     log_file = tmp_path / "imports.log"
     # Fresh stage processes, as in the rest of the suite: a warm worker would outlive the test.
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "FIRMWARE_LOG": str(log_file), "KILN_WORKERS": "0"}
@@ -106,26 +107,26 @@ def test_installed_kiln_builds_a_firmware_repo_with_plain_scons(venv, tmp_path, 
     assert {f"kiln {s.name} gesture" for s in STAGES} <= actions and "link build/host/gesture_app" in actions, log
     assert "link build/m4/gesture_app.elf" in actions, log
     assert str(ROOT) not in log and "site-packages/kiln/runtime" in log, log  # the installed runtime, not this checkout
-    if hostile:  # imported twice per scons run, by the SConstruct's own `import kiln, toolchain`, and by no Kiln process
-        lines = [line.split() for line in log_file.read_text().splitlines()]
-        assert {Path(module).name for module, _ in lines} == {"kiln.py", "toolchain.py"}, lines
-        assert all(importer == str(venv / "bin/scons") for _, importer in lines), lines
+    # imported twice per scons run, by the SConstruct's own `import kiln, toolchain`, and by no Kiln process
+    lines = [line.split() for line in log_file.read_text().splitlines()]
+    assert {Path(module).name for module, _ in lines} == {"kiln.py", "toolchain.py"}, lines
+    assert all(importer == str(venv / "bin/scons") for _, importer in lines), lines
     assert re.search(r"^\[1/6\] kiln import gesture$", log, re.M), log  # a cold build counts its stages
     assert re.search(r"^kiln:   build/host/gesture: 6 run / 0 cached of 6 stages, arena [\d,]+ B, host object [\d,]+ B", log, re.M), log
     assert parse_actions(run([venv / "bin/scons", "-Q"], cwd=repo, env=env).stdout)[0] == set()
-    if not hostile:  # a broken model.toml next to a good model
-        (repo / "models/broken").mkdir()
-        (repo / "models/broken/model.toml").write_text('[plan]\nalignement = 8\n')
+    (repo / "models/broken").mkdir()  # a broken model.toml next to a good model
+    (repo / "models/broken/model.toml").write_text('[plan]\nalignement = 8\n')
     help_text = run([venv / "bin/scons", "-h"], cwd=repo, env=env).stdout
     assert "Kiln models (build/host): gesture" in help_text and "report (build/host/report.html" in help_text
-    assert hostile or re.search(r"^  not built: .*models/broken/model.toml: unknown key 'plan.alignement'", help_text, re.M)
+    assert re.search(r"^  not built: .*models/broken/model.toml: unknown key 'plan.alignement'", help_text, re.M)
 
 
 def test_a_missing_extra_is_one_line_naming_the_python_to_install_into(venv, tmp_path):
     """The wheel without `kiln-mcu[torch]`: a model.py source fails in one line that says what to install, and where."""
-    repo = firmware_repo(tmp_path / "firmware", hostile=False)
+    repo = firmware_repo(tmp_path / "firmware")
     shutil.copytree(external_repo.EXAMPLE / "models/gesture", repo / "models/gesture_torch")
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "KILN_WORKERS": "0"}
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "KILN_WORKERS": "0",
+           "FIRMWARE_LOG": str(tmp_path / "imports.log")}
     proc = run([venv / "bin/scons", "-Q", "gesture_torch-import"], cwd=repo, env=env, check=False)
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("kiln: error:")]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr

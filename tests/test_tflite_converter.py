@@ -21,14 +21,12 @@ scripts/setup.sh creates (`.venv-tf`).
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tflite_micro.python.tflite_micro import runtime
 
-from model_builds import _locked, shared_root
 from kiln import config as model_config
 from kiln.frontends.tflite import import_tflite
 from kiln.frontends.tflite.convert import Converter
@@ -40,21 +38,8 @@ from kiln.runner import run_stage
 from kiln.stages import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
-TF_PYTHON = ROOT / ".venv-tf" / "bin" / "python"
 CASES = ("conv_stack", "pooling", "dense_4d", "elementwise", "movement")
 SAMPLES = 12
-
-
-@pytest.fixture(scope="session")
-def converted(tmp_path_factory) -> Path:
-    """The converter's files, written once per session (xdist workers share them)."""
-    out = shared_root(tmp_path_factory.getbasetemp(), "tflite-converter")
-    with _locked(out) as done:
-        if not done:
-            assert TF_PYTHON.exists(), f"{TF_PYTHON} is missing: run scripts/setup.sh (it creates the TensorFlow environment)"
-            proc = subprocess.run([str(TF_PYTHON), str(ROOT / "tests" / "tflite_convert.py"), str(out)], capture_output=True, text=True, timeout=600)
-            assert proc.returncode == 0, f"the TFLite converter failed:\n{proc.stderr[-4000:]}"
-    return out
 
 
 def samples_for(graph: Graph, calibration: np.ndarray, rng: np.random.Generator) -> list[list[np.ndarray]]:

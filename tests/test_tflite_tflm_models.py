@@ -23,7 +23,7 @@ import pytest
 from tflite_micro.python.tflite_micro import runtime
 from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as tfl
 
-from test_tflite_converter import CASES, bits, converted, samples_for  # noqa: F401  (converted: the fixture)
+from test_tflite_converter import CASES, bits, samples_for
 from kiln import config as model_config, host
 from kiln.ir import load
 from kiln.plan import plan
@@ -69,7 +69,7 @@ def depthwise_biases_along_dimension_3(model) -> None:
 
 
 @pytest.fixture(scope="module")
-def tflm_files(converted, tmp_path_factory) -> dict[str, Path]:  # noqa: F811
+def tflm_files(converted, tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("tflm_models")
     files = {}
     for name, edit in (("micro_speech", without_reshape), ("person_detect", depthwise_biases_along_dimension_3)):
@@ -78,7 +78,7 @@ def tflm_files(converted, tmp_path_factory) -> dict[str, Path]:  # noqa: F811
     return files
 
 
-def source(case: str, form: str, converted: Path, tflm_files: dict[str, Path]) -> Path:  # noqa: F811
+def source(case: str, form: str, converted: Path, tflm_files: dict[str, Path]) -> Path:
     return tflm_files[case] if case in tflm_files else converted / f"{case}.{form}.tflite"
 
 
@@ -92,7 +92,7 @@ def compile_to(path: Path, name: str, out: Path, stop: str = "codegen") -> dict:
     return cfg
 
 
-def test_person_detect_with_tflms_bias_quirk_runs_bit_exact(converted, tflm_files, tmp_path):  # noqa: F811
+def test_person_detect_with_tflms_bias_quirk_runs_bit_exact(converted, tflm_files, tmp_path):
     path = tflm_files["person_detect"]
     model = tfl.ModelT.InitFromPackedBuf(path.read_bytes(), 0)
     sg = model.subgraphs[0]
@@ -115,7 +115,7 @@ def test_person_detect_with_tflms_bias_quirk_runs_bit_exact(converted, tflm_file
     assert len(outputs) > 1
 
 
-def test_micro_speech_runs_bit_exact_without_scratch(converted, tflm_files, tmp_path):  # noqa: F811
+def test_micro_speech_runs_bit_exact_without_scratch(converted, tflm_files, tmp_path):
     """Its depthwise layer (multiplier 8) takes no scratch: four output channels per input value is the fast path."""
     path = tflm_files["micro_speech"]
     compile_to(path, "micro_speech", tmp_path)
@@ -140,7 +140,7 @@ def tflm_arena_used(path: Path, inputs: int) -> int:
 
 
 @pytest.mark.parametrize("case,form", QUANTIZED_FILES)
-def test_default_arena_at_most_tflms(converted, tflm_files, tmp_path, case, form):  # noqa: F811
+def test_default_arena_at_most_tflms(converted, tflm_files, tmp_path, case, form):
     """Both arenas count the inputs and outputs; TFLM's also holds its interpreter's structures, Kiln's the
     kernels' scratch."""
     path = source(case, form, converted, tflm_files)
